@@ -1,0 +1,351 @@
+#include "engine.h"
+
+#include <algorithm>
+#include <cstddef>
+#include <cstring>
+#include <numeric>
+#include <string>
+#include <type_traits>
+
+#include <mujoco/mjbatch.h>
+#include <mujoco/mjxmacro.h>
+#include <mujoco/mujoco.h>
+
+namespace mjbatch_jax {
+
+struct Engine::Slot {
+  mjBatch* batch = nullptr;
+  int capacity = 0;
+  std::vector<int> ids;  // 0 .. capacity-1, the selection of a call on fewer rows
+  // Fields that earlier calls expanded, with the model's values, which a call without them
+  // restores: a call must not see the parameters of the one before.
+  std::vector<std::pair<std::string, std::vector<char>>> expanded;
+  bool busy = false;
+};
+
+namespace {
+
+mjBatch* MakeBatch(const mjModel* m, int nsim, int nthread, std::string* error) {
+  mjBatchConfig config;
+  mjb_defaultConfig(&config);
+  config.nthread = nthread;
+  char buffer[1000] = "";
+  mjBatch* batch = mjb_makeBatch(m, nsim, &config, buffer, sizeof(buffer));
+  if (!batch && error) *error = buffer;
+  return batch;
+}
+
+// Copy count values between element types, as a memcpy when they agree.
+template <typename To, typename From>
+void Convert(To* to, const From* from, std::size_t count) {
+  if constexpr (std::is_same_v<To, From>) {
+    std::memcpy(to, from, count * sizeof(To));
+  } else {
+    for (std::size_t i = 0; i < count; ++i) to[i] = static_cast<To>(from[i]);
+  }
+}
+
+template <typename T>
+struct RolloutArgs {
+  const T* ctrls;
+  T* states;
+  T* sensordata;
+  int32_t* warnings;
+  int nknot;
+  int nstep;
+};
+
+// mjb_apply function: the rollout of one simulation. No C++ objects live here, since a MuJoCo
+// error unwinds with longjmp.
+template <typename T>
+void RolloutSim(const mjModel* m, mjData* d, int sim, void* arg) {
+  auto* a = static_cast<RolloutArgs<T>*>(arg);
+  int nstate = mj_stateSize(m, mjSTATE_INTEGRATION);
+  mj_markStack(d);
+  mjtNum* row = mj_stackAllocNum(d, nstate);
+  for (int k = 0; k < a->nknot; ++k) {
+    std::size_t knot = static_cast<std::size_t>(sim) * a->nknot + k;
+    Convert(d->ctrl, a->ctrls + knot * m->nu, m->nu);
+    for (int s = 0; s < a->nstep; ++s) mj_step(m, d);
+    mj_getState(m, d, row, mjSTATE_INTEGRATION);
+    Convert(a->states + knot * nstate, row, nstate);
+    Convert(a->sensordata + knot * m->nsensordata, d->sensordata, m->nsensordata);
+  }
+  mj_freeStack(d);
+  if (a->warnings) {
+    for (int w = 0; w < mjNWARNING; ++w) {
+      a->warnings[static_cast<std::size_t>(sim) * mjNWARNING + w] = d->warning[w].number;
+    }
+  }
+}
+
+template <typename T>
+struct ForwardArgs {
+  const std::vector<DataField>* fields;
+  const std::vector<T*>* outputs;
+};
+
+template <typename T>
+void ForwardSim(const mjModel* m, mjData* d, int sim, void* arg) {
+  auto* a = static_cast<ForwardArgs<T>*>(arg);
+  mj_forward(m, d);
+  for (std::size_t f = 0; f < a->fields->size(); ++f) {
+    const DataField& field = (*a->fields)[f];
+    mjtNum* values;
+    std::memcpy(&values, reinterpret_cast<const char*>(d) + field.offset, sizeof(values));
+    Convert((*a->outputs)[f] + static_cast<std::size_t>(sim) * field.size, values, field.size);
+  }
+}
+
+}  // namespace
+
+std::unique_ptr<Engine> Engine::Create(const mjModel* m, int nthread, std::string* error) {
+  // A batch of one tells whether MuJoCo can batch the model at all, before any call.
+  mjBatch* probe = MakeBatch(m, 1, 1, error);
+  if (!probe) return nullptr;
+  mjb_deleteBatch(probe);
+  mjModel* copy = mj_copyModel(nullptr, m);
+  if (!copy) {
+    *error = "could not copy the model";
+    return nullptr;
+  }
+  return std::unique_ptr<Engine>(new Engine(copy, nthread));
+}
+
+Engine::Engine(mjModel* model, int nthread)
+    : model_(model),
+      nthread_(nthread),
+      nstate_(mj_stateSize(model, mjSTATE_INTEGRATION)) {}
+
+Engine::~Engine() {
+  for (auto& slot : slots_) mjb_deleteBatch(slot->batch);
+  mj_deleteModel(model_);
+}
+
+int Engine::ParamSize(std::string_view name, std::string* error) const {
+  std::string field(name);
+  // A throwaway batch of one simulation answers with MuJoCo's own table of expandable fields.
+  std::string make_error;
+  mjBatch* probe = MakeBatch(model_, 1, 1, &make_error);
+  if (!probe) {
+    *error = make_error;
+    return -1;
+  }
+  int size = 0, elemsize = 0;
+  void* storage = mjb_expand(probe, field.c_str(), &size, &elemsize);
+  mjb_deleteBatch(probe);
+  if (!storage) {
+    *error = "'" + field + "' is not a model field that can vary per simulation";
+    return -1;
+  }
+  if (elemsize != sizeof(mjtNum)) {
+    *error = "'" + field + "' is not a floating-point field";
+    return -1;
+  }
+  return size;
+}
+
+bool Engine::FindDataField(std::string_view name, DataField* field, std::string* error) const {
+  const mjModel* m = model_;
+#undef MJ_M
+#define MJ_M(n) m->n
+#define X(type, member, nr, nc)                                         \
+  if (name == #member) {                                                \
+    if (!std::is_same_v<type, mjtNum>) {                                \
+      *error = "'" #member "' is not a floating-point mjData field";    \
+      return false;                                                     \
+    }                                                                   \
+    field->name = #member;                                              \
+    field->offset = offsetof(mjData, member);                           \
+    field->size = static_cast<int>(m->nr * (nc));                       \
+    return true;                                                        \
+  }
+  MJDATA_POINTERS
+#undef X
+#undef MJ_M
+  *error = "'" + std::string(name) + "' is not an mjData array of fixed size";
+  return false;
+}
+
+Engine::Slot* Engine::Acquire(int n, std::string* error) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  Slot* chosen = nullptr;
+  for (auto& slot : slots_) {
+    if (slot->busy) continue;
+    if (!chosen || (chosen->capacity < n && slot->capacity > chosen->capacity)) {
+      chosen = slot.get();
+    }
+    if (chosen->capacity >= n) break;
+  }
+  if (!chosen) {
+    slots_.push_back(std::make_unique<Slot>());
+    chosen = slots_.back().get();
+  }
+  if (chosen->capacity < n) {
+    // Grown to fit the call; memory follows the rows of the largest call, not a fixed N.
+    mjb_deleteBatch(chosen->batch);
+    chosen->batch = MakeBatch(model_, n, nthread_, error);
+    chosen->capacity = chosen->batch ? n : 0;
+    chosen->expanded.clear();
+    chosen->ids.resize(n);
+    std::iota(chosen->ids.begin(), chosen->ids.end(), 0);
+    if (!chosen->batch) return nullptr;
+  }
+  chosen->busy = true;
+  return chosen;
+}
+
+void Engine::Release(Slot* slot) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  slot->busy = false;
+}
+
+template <typename T>
+std::string Engine::Load(Slot* slot, const Inputs<T>& in) {
+  mjBatch* b = slot->batch;
+  const std::size_t n = in.n;
+  Convert(mjb_state(b), in.state, n * nstate_);
+  if (in.ctrl && model_->nu) {
+    mjtNum* ctrl = mjb_stateComponent(b, mjSTATE_CTRL, nullptr);
+    for (std::size_t i = 0; i < n; ++i) {
+      Convert(ctrl + i * nstate_, in.ctrl + i * model_->nu, model_->nu);
+    }
+  }
+  std::memset(mjb_warning(b), 0, n * mjNWARNING * sizeof(mjWarningStat));
+
+  // Fields of earlier calls that this one does not give go back to the model's values.
+  for (auto& [name, initial] : slot->expanded) {
+    bool given = false;
+    if (in.fields) {
+      for (const ParamField& field : *in.fields) given |= field.name == name;
+    }
+    if (given) continue;
+    char* storage = static_cast<char*>(mjb_expand(b, name.c_str(), nullptr, nullptr));
+    for (std::size_t i = 0; i < n; ++i) {
+      std::memcpy(storage + i * initial.size(), initial.data(), initial.size());
+    }
+  }
+  if (!in.fields) return "";
+  std::size_t width = 0;
+  for (const ParamField& field : *in.fields) width += field.size;
+  std::size_t column = 0;
+  for (const ParamField& field : *in.fields) {
+    int size = 0, elemsize = 0;
+    auto* storage =
+        static_cast<mjtNum*>(mjb_expand(b, field.name.c_str(), &size, &elemsize));
+    if (!storage || elemsize != sizeof(mjtNum) || size != field.size) {
+      return "'" + field.name + "' is not a floating-point model field of " +
+             std::to_string(field.size) + " values per simulation";
+    }
+    bool known = false;
+    for (auto& entry : slot->expanded) known |= entry.first == field.name;
+    if (!known) {
+      // Expanded storage starts as the model's values: keep them for calls without this field.
+      const char* first = reinterpret_cast<const char*>(storage);
+      slot->expanded.emplace_back(
+          field.name, std::vector<char>(first, first + size * sizeof(mjtNum)));
+    }
+    for (std::size_t i = 0; i < n; ++i) {
+      Convert(storage + i * size, in.params + i * width + column, size);
+    }
+    column += field.size;
+  }
+  return "";
+}
+
+std::string Engine::Failures(Slot* slot, int n, int nfail) {
+  if (!nfail) return "";
+  const int* status = mjb_status(slot->batch);
+  for (int i = 0; i < n; ++i) {
+    if (status[i]) {
+      std::string message = "sim " + std::to_string(i) + ": " + mjb_error(slot->batch, i);
+      if (nfail > 1) {
+        message += " (" + std::to_string(nfail) + " of " + std::to_string(n) +
+                   " simulations failed)";
+      }
+      return message;
+    }
+  }
+  return "MuJoCo reported " + std::to_string(nfail) + " failed simulations";
+}
+
+template <typename T>
+std::string Engine::Step(const Inputs<T>& in, int nstep, T* state_out, int32_t* warnings) {
+  std::string error;
+  Slot* slot = Acquire(in.n, &error);
+  if (!slot) return error;
+  error = Load(slot, in);
+  if (!error.empty()) {
+    Release(slot);
+    return error;
+  }
+  mjBatch* b = slot->batch;
+  const int* ids = in.n == slot->capacity ? nullptr : slot->ids.data();
+  int nfail = mjb_step(b, ids, in.n, nstep, mjSTAGE_NONE);
+  Convert(state_out, mjb_state(b), static_cast<std::size_t>(in.n) * nstate_);
+  if (warnings) {
+    const mjWarningStat* stat = mjb_warning(b);
+    for (std::size_t k = 0; k < static_cast<std::size_t>(in.n) * mjNWARNING; ++k) {
+      warnings[k] = stat[k].number;
+    }
+  }
+  error = Failures(slot, in.n, nfail);
+  Release(slot);
+  return error;
+}
+
+template <typename T>
+std::string Engine::Rollout(const Inputs<T>& in, int nknot, int nstep, const T* ctrls,
+                            T* states_out, T* sensordata_out, int32_t* warnings) {
+  std::string error;
+  Slot* slot = Acquire(in.n, &error);
+  if (!slot) return error;
+  error = Load(slot, in);
+  if (!error.empty()) {
+    Release(slot);
+    return error;
+  }
+  RolloutArgs<T> args{ctrls, states_out, sensordata_out, warnings, nknot, nstep};
+  const int* ids = in.n == slot->capacity ? nullptr : slot->ids.data();
+  int nfail = mjb_apply(slot->batch, ids, in.n, RolloutSim<T>, &args, /*save=*/0);
+  error = Failures(slot, in.n, nfail);
+  Release(slot);
+  return error;
+}
+
+template <typename T>
+std::string Engine::Forward(const Inputs<T>& in, const std::vector<DataField>& fields,
+                            const std::vector<T*>& outputs) {
+  ForwardArgs<T> args{&fields, &outputs};
+  return Apply(in, ForwardSim<T>, &args);
+}
+
+template <typename T>
+std::string Engine::Apply(const Inputs<T>& in, mjfBatchFunc fn, void* arg) {
+  std::string error;
+  Slot* slot = Acquire(in.n, &error);
+  if (!slot) return error;
+  error = Load(slot, in);
+  if (!error.empty()) {
+    Release(slot);
+    return error;
+  }
+  const int* ids = in.n == slot->capacity ? nullptr : slot->ids.data();
+  int nfail = mjb_apply(slot->batch, ids, in.n, fn, arg, /*save=*/0);
+  error = Failures(slot, in.n, nfail);
+  Release(slot);
+  return error;
+}
+
+#define MJBATCH_JAX_INSTANTIATE(T)                                                            \
+  template std::string Engine::Step<T>(const Inputs<T>&, int, T*, int32_t*);                  \
+  template std::string Engine::Rollout<T>(const Inputs<T>&, int, int, const T*, T*, T*,       \
+                                          int32_t*);                                          \
+  template std::string Engine::Forward<T>(const Inputs<T>&, const std::vector<DataField>&,    \
+                                          const std::vector<T*>&);                            \
+  template std::string Engine::Apply<T>(const Inputs<T>&, mjfBatchFunc, void*);
+MJBATCH_JAX_INSTANTIATE(float)
+MJBATCH_JAX_INSTANTIATE(double)
+#undef MJBATCH_JAX_INSTANTIATE
+
+}  // namespace mjbatch_jax

@@ -1,0 +1,24 @@
+"""The compiled extension, loaded once MuJoCo's running version is known to match it."""
+
+import mujoco
+
+from mjbatch_jax import _mjbatch_jax as ext
+
+_BUILT = ext.MUJOCO_HEADER_VERSION
+_RUNNING = ext.mujoco_version()
+
+
+def _version_string(number: int) -> str:
+  return f"{number // 1000000}.{number // 1000 % 1000}.{number % 1000}"
+
+
+# The extension links the libmujoco of the mujoco-core wheel it was built against; another
+# version would lay out mjModel and mjData differently.
+if _BUILT != _RUNNING or mujoco.mj_version() != _BUILT:
+  raise ImportError(
+    f"mjbatch_jax was built against MuJoCo {_version_string(_BUILT)} but MuJoCo "
+    f"{_version_string(mujoco.mj_version())} is installed; run "
+    f"`pip install mujoco-core=={_version_string(_BUILT)}` or rebuild mjbatch_jax."
+  )
+
+__all__ = ["ext"]
