@@ -12,5 +12,20 @@ The numpy front end keeps the API of the mjbatch library: `from mjbatch_jax impo
 from mjbatch_jax import _extension  # noqa: F401  (checks the MuJoCo version first)
 from mjbatch_jax.batch import Batch
 from mjbatch_jax.errors import SimulationError
+from mjbatch_jax.functions import NWARNING, forward, rollout, simulation_errors, step
+from mjbatch_jax.layout import StateLayout
+from mjbatch_jax.params import Params
+from mjbatch_jax.simulator import Simulator
 
-__all__ = ["Batch", "SimulationError"]
+__all__ = [
+  "NWARNING",
+  "Batch",
+  "Params",
+  "SimulationError",
+  "Simulator",
+  "StateLayout",
+  "forward",
+  "rollout",
+  "simulation_errors",
+  "step",
+]

@@ -1,0 +1,188 @@
+"""The owner of an engine: a copy of the model and the state and params it starts from."""
+
+import copy
+import os
+import weakref
+from collections.abc import Sequence
+
+import jax
+import jax.numpy as jnp
+import mujoco
+import numpy as np
+
+from mjbatch_jax._extension import ext
+from mjbatch_jax.layout import StateLayout
+from mjbatch_jax.params import Params, SimSpec
+
+
+# Open simulators by engine id, for the functions that need more of one than its SimSpec.
+_simulators: "weakref.WeakValueDictionary[int, Simulator]" = weakref.WeakValueDictionary()
+
+
+def simulator_of(engine: int) -> "Simulator | None":
+  """The open Simulator of an engine id, or None."""
+  sim = _simulators.get(engine)
+  return None if sim is None or sim.closed else sim
+
+
+def _float_dtype() -> np.dtype:
+  """float64 when jax_enable_x64 is on, else float32: what jnp makes of a Python float."""
+  return np.dtype(jnp.result_type(float))
+
+
+class Simulator:
+  """Simulations of one model for the pure JAX functions (`step`, `rollout`, `forward`).
+
+  Copies the model and owns a C++ engine of MuJoCo batches on num_threads threads (0: one per
+  logical CPU). Calls reach the engine by id, so a jitted function that outlives `close()` raises
+  a clear error instead of touching freed memory.
+
+    with mjbatch_jax.Simulator(model) as sim:
+      state = sim.init_state(1024)
+      params = sim.params(1024, fields=("body_mass",))
+      state = jax.jit(mjbatch_jax.step)(state, ctrl, params)
+  """
+
+  def __init__(self, model: mujoco.MjModel, num_threads: int = 0):
+    if not isinstance(model, mujoco.MjModel):
+      raise ValueError(f"model must be a mujoco.MjModel, got {type(model).__name__}")
+    if not isinstance(num_threads, (int, np.integer)) or num_threads < 0:
+      raise ValueError(f"num_threads must be an int >= 0, got {num_threads!r}")
+    self._model = copy.copy(model)
+    self._requested_threads = int(num_threads)
+    self._id = ext.make_engine(self._model._address, self._requested_threads)
+    # Frees the engine when the Simulator is collected, if close() was not called.
+    self._finalizer = weakref.finalize(self, ext.close_engine, self._id)
+    self._layout = StateLayout.of(self._model)
+    self._spec = SimSpec(
+      engine=self._id,
+      nstate=self._layout.size,
+      nu=self._model.nu,
+      nsensordata=self._model.nsensordata,
+    )
+    self._data: mujoco.MjData | None = None
+    self._forward_shapes: dict[str, tuple[int, ...]] = {}
+    _simulators[self._id] = self
+
+  @property
+  def model(self) -> mujoco.MjModel:
+    """The simulator's copy of the model; edits to it do not reach the simulations."""
+    return self._model
+
+  @property
+  def nstate(self) -> int:
+    return self._layout.size
+
+  @property
+  def nu(self) -> int:
+    return self._model.nu
+
+  @property
+  def nsensordata(self) -> int:
+    return self._model.nsensordata
+
+  @property
+  def num_threads(self) -> int:
+    """Threads of each batch, the caller's included; a call uses at most one per simulation."""
+    return self._requested_threads or (os.cpu_count() or 1)
+
+  @property
+  def layout(self) -> StateLayout:
+    return self._layout
+
+  @property
+  def spec(self) -> SimSpec:
+    return self._spec
+
+  @property
+  def closed(self) -> bool:
+    return not self._finalizer.alive
+
+  def close(self) -> None:
+    """Free the engine; later calls of functions traced with it raise an error."""
+    self._finalizer()
+
+  def __enter__(self) -> "Simulator":
+    return self
+
+  def __exit__(self, *exc) -> None:
+    self.close()
+
+  def _check_open(self) -> None:
+    if self.closed:
+      raise ValueError("this Simulator is closed")
+
+  def _template(self) -> mujoco.MjData:
+    if self._data is None:
+      self._data = mujoco.MjData(self._model)
+    return self._data
+
+  def init_state(self, num_sims: int, keyframe: int | str | None = None) -> jax.Array:
+    """(num_sims, nstate) rows of the model's initial state, or of a keyframe (index or name).
+
+    As mj_resetData / mj_resetDataKeyframe followed by mj_getState(mjSTATE_INTEGRATION).
+    """
+    self._check_open()
+    _check_count(num_sims)
+    data = self._template()
+    if keyframe is None:
+      mujoco.mj_resetData(self._model, data)
+    else:
+      if isinstance(keyframe, str):
+        key = mujoco.mj_name2id(self._model, mujoco.mjtObj.mjOBJ_KEY, keyframe)
+        if key < 0:
+          raise ValueError(f"no keyframe named {keyframe!r}")
+      elif isinstance(keyframe, (int, np.integer)) and 0 <= keyframe < self._model.nkey:
+        key = int(keyframe)
+      else:
+        raise ValueError(f"keyframe must be in [0, {self._model.nkey}), got {keyframe!r}")
+      mujoco.mj_resetDataKeyframe(self._model, data, key)
+    row = np.empty(self.nstate)
+    mujoco.mj_getState(self._model, data, row, mujoco.mjtState.mjSTATE_INTEGRATION)
+    return jnp.asarray(np.broadcast_to(row, (num_sims, self.nstate)), dtype=_float_dtype())
+
+  def params(self, num_sims: int, fields: Sequence[str] = ()) -> Params:
+    """Per-simulation values of model fields, seeded from the model, as a Params pytree.
+
+    Fields are floating-point mjModel arrays ("body_mass", "geom_friction", "dof_damping") or
+    mjOption fields ("opt.gravity", "opt.timestep"). Derived constants (mj_setConst) are not
+    recomputed: a field is used as given, as a copy of the model with that field changed would.
+    """
+    self._check_open()
+    _check_count(num_sims)
+    if isinstance(fields, str):
+      raise ValueError(f"fields must be a sequence of names, got the string {fields!r}")
+    names = tuple(fields)
+    if len(set(names)) != len(names):
+      raise ValueError(f"fields must be unique, got {names}")
+    values, shapes = [], []
+    for name in names:
+      if not isinstance(name, str):
+        raise ValueError(f"field names must be strings, got {name!r}")
+      size = ext.param_size(self._id, name)  # ValueError naming the field if it cannot vary
+      value = self._model_value(name)
+      if value.size != size:
+        raise ValueError(f"{name!r} holds {size} values per simulation, the model {value.size}")
+      shapes.append(value.shape)
+      values.append(jnp.asarray(np.broadcast_to(value, (num_sims, *value.shape)),
+                                dtype=_float_dtype()))
+    return Params(self._spec.with_fields(names, tuple(shapes)), tuple(values))
+
+  def _model_value(self, name: str) -> np.ndarray:
+    if name.startswith("opt."):
+      return np.asarray(getattr(self._model.opt, name[4:]), dtype=np.float64)
+    return np.asarray(getattr(self._model, name), dtype=np.float64)
+
+  def forward_shape(self, name: str) -> tuple[int, ...]:
+    """Shape of one simulation's values of an mjData field that `forward` can return."""
+    if name not in self._forward_shapes:
+      self._check_open()
+      size = ext.data_field_size(self._id, name)  # ValueError naming the field
+      shape = tuple(np.shape(getattr(self._template(), name)))
+      self._forward_shapes[name] = shape if int(np.prod(shape)) == size else (size,)
+    return self._forward_shapes[name]
+
+
+def _check_count(num_sims: int) -> None:
+  if not isinstance(num_sims, (int, np.integer)) or isinstance(num_sims, bool) or num_sims < 1:
+    raise ValueError(f"num_sims must be an int >= 1, got {num_sims!r}")
