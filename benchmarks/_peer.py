@@ -1,0 +1,189 @@
+"""A benchmark worker for peers that must run in another interpreter (mjbatch 0.1.4, MJX).
+
+mjbatch 0.1.4 pins MuJoCo 3.14 and MJX brings its own JAX set-up, so neither can share a process
+with mjbatch_jax. scaling.py starts this file with the peer's interpreter and talks to it over
+stdin/stdout, one JSON object a line, so that the peer's measurements interleave with the
+others' within each repeat instead of running as one block. Only mujoco and numpy are needed
+here; nothing is imported from the project.
+
+  echo '{"op": "hello"}' | /tmp/venvmjb/bin/python benchmarks/_peer.py MODEL.xml INPUTS.npz 2
+
+Requests: {"op": "hello"}; {"op": "setup", "row": R, "num_sims": N, "nstep": K, "calls": C}
+(builds and warms up; reports compile time); {"op": "time", ...same keys} (one timed
+measurement); {"op": "serial", "warmup": W, "steps": S}. Replies: {"ok": true, ...} or
+{"ok": false, "error": "..."}.
+"""
+
+import json
+import os
+import sys
+import time
+import traceback
+from typing import Any
+
+# MJX has no thread-count knob of its own: pinning the process to T cores is what bounds the
+# threads XLA's CPU backend can use, so do it before JAX is imported.
+if __name__ == "__main__" and len(sys.argv) > 3:
+  _threads = int(sys.argv[3])
+  if hasattr(os, "sched_setaffinity"):
+    _cpus = sorted(os.sched_getaffinity(0))
+    os.sched_setaffinity(0, set(_cpus[: max(1, _threads)]))
+
+import mujoco  # noqa: E402
+import numpy as np  # noqa: E402
+
+
+class Worker:
+  """Holds the model, the shared inputs and the built peers, by configuration."""
+
+  def __init__(self, xml: str, inputs: str, threads: int):
+    self.model = mujoco.MjModel.from_xml_path(xml)
+    arrays = np.load(inputs)
+    self.qpos0, self.qvel0, self.act0 = arrays["qpos0"], arrays["qvel0"], arrays["act0"]
+    self.ctrl = arrays["ctrl"]
+    self.threads = threads
+    self.built: dict[tuple[Any, ...], Any] = {}
+
+  def _reset_data(self, data: mujoco.MjData, ctrl: np.ndarray) -> None:
+    mujoco.mj_resetData(self.model, data)
+    data.qpos[:], data.qvel[:] = self.qpos0, self.qvel0
+    if self.model.na:
+      data.act[:] = self.act0
+    data.ctrl[:] = ctrl
+
+  def hello(self) -> dict[str, Any]:
+    reply: dict[str, Any] = {"mujoco": mujoco.__version__}
+    try:
+      import mjbatch  # pyright: ignore[reportMissingImports]
+
+      reply["mjbatch"] = getattr(mjbatch, "__version__", None) or _dist_version("mjbatch")
+    except Exception as e:
+      reply["mjbatch_error"] = f"{type(e).__name__}: {e}"
+    try:
+      from mujoco import mjx  # noqa: F401  # pyright: ignore[reportAttributeAccessIssue]
+
+      reply["mjx"] = _dist_version("mujoco-mjx")
+      import jax
+
+      reply["jax"] = jax.__version__
+    except Exception as e:
+      reply["mjx_error"] = f"{type(e).__name__}: {e}"
+    return reply
+
+  def serial(self, warmup: int, steps: int) -> dict[str, Any]:
+    data = mujoco.MjData(self.model)
+    self._reset_data(data, self.ctrl[0])
+    for _ in range(warmup):
+      mujoco.mj_step(self.model, data)
+    start = time.perf_counter()
+    for _ in range(steps):
+      mujoco.mj_step(self.model, data)
+    return {"seconds": time.perf_counter() - start, "substeps": steps}
+
+  def setup(self, row: str, num_sims: int, nstep: int, calls: int) -> dict[str, Any]:
+    key = (row, num_sims, nstep, calls)
+    if key in self.built:
+      return {"compile_s": None}
+    if row == "mjbatch":
+      import mjbatch  # pyright: ignore[reportMissingImports]
+
+      batch = mjbatch.Batch(self.model, num_sims, self.threads)
+      state = batch.bind("state")
+      batch.reset()
+      qpos, qvel, ctrl = batch.bind("qpos"), batch.bind("qvel"), batch.bind("ctrl")
+      qpos[:], qvel[:], ctrl[:] = self.qpos0, self.qvel0, self.ctrl[:num_sims]
+      if self.model.na:
+        batch.bind("act")[:] = self.act0
+      batch.forward()
+      initial = state.copy()
+      self.built[key] = (batch, state, initial)
+      self.time(row, num_sims, nstep, calls)  # warm-up
+      return {"compile_s": None}
+    if row == "mjx":
+      return self._setup_mjx(key)
+    raise ValueError(f"unknown row {row!r}")
+
+  def _setup_mjx(self, key: tuple[Any, ...]) -> dict[str, Any]:
+    import jax
+    from mujoco import mjx  # pyright: ignore[reportAttributeAccessIssue]
+
+    _, num_sims, nstep, calls = key
+    model = mjx.put_model(self.model)
+    data = mjx.make_data(model)
+    n = num_sims
+    qpos = jax.numpy.broadcast_to(self.qpos0, (n, self.model.nq))
+    qvel = jax.numpy.broadcast_to(self.qvel0, (n, self.model.nv))
+    ctrl = jax.numpy.asarray(self.ctrl[:n])
+    batched = jax.vmap(lambda q, v, u: data.replace(qpos=q, qvel=v, ctrl=u))(qpos, qvel, ctrl)
+
+    def run(d: Any) -> Any:
+      def substeps(d: Any, _: Any) -> tuple[Any, None]:
+        d = jax.lax.fori_loop(0, nstep, lambda _, d: jax.vmap(mjx.step, (None, 0))(model, d), d)
+        return d, None
+
+      return jax.lax.scan(substeps, d, None, length=calls)[0]
+
+    start = time.perf_counter()
+    compiled = jax.jit(run).lower(batched).compile()
+    compile_s = time.perf_counter() - start
+    self.built[key] = (compiled, batched)
+    self.time("mjx", num_sims, nstep, calls)  # warm-up
+    return {"compile_s": compile_s}
+
+  def time(self, row: str, num_sims: int, nstep: int, calls: int) -> dict[str, Any]:
+    built = self.built[(row, num_sims, nstep, calls)]
+    if row == "mjbatch":
+      batch, state, initial = built
+      state[:] = initial
+      start = time.perf_counter()
+      for _ in range(calls):
+        batch.step(nstep=nstep)
+      seconds = time.perf_counter() - start
+    else:
+      import jax
+
+      compiled, batched = built
+      start = time.perf_counter()
+      jax.block_until_ready(compiled(batched))
+      seconds = time.perf_counter() - start
+    return {"seconds": seconds, "substeps": num_sims * nstep * calls}
+
+
+def _dist_version(name: str) -> str | None:
+  from importlib import metadata
+
+  try:
+    return metadata.version(name)
+  except metadata.PackageNotFoundError:
+    return None
+
+
+def main() -> None:
+  # Libraries print notices on stdout (MJX: "Failed to import warp"); keep it for the replies.
+  replies, sys.stdout = sys.stdout, sys.stderr
+  worker = Worker(sys.argv[1], sys.argv[2], int(sys.argv[3]) if len(sys.argv) > 3 else 1)
+  for line in sys.stdin:
+    if not line.strip():
+      continue
+    request = json.loads(line)
+    op = request.pop("op")
+    try:
+      if op == "hello":
+        reply = worker.hello()
+      elif op == "serial":
+        reply = worker.serial(request["warmup"], request["steps"])
+      elif op in ("setup", "time"):
+        reply = getattr(worker, op)(
+          request["row"], request["num_sims"], request["nstep"], request["calls"]
+        )
+      else:
+        raise ValueError(f"unknown op {op!r}")
+      reply["ok"] = True
+    except Exception as e:
+      reply = {"ok": False, "error": f"{type(e).__name__}: {e}", "trace": traceback.format_exc()}
+    replies.write(json.dumps(reply) + "\n")
+    replies.flush()
+
+
+if __name__ == "__main__":
+  main()
