@@ -1,5 +1,6 @@
 #include "ffi.h"
 
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -19,6 +20,8 @@ namespace ffi = xla::ffi;
 // Messages of errors that MuJoCo raised start with this, so that Python can tell them from
 // others and raise its SimulationError.
 constexpr char kSimulationError[] = "mjbatch_jax.SimulationError: ";
+
+std::atomic<int64_t> step_calls{0}, rollout_calls{0}, forward_calls{0};
 
 ffi::Error InvalidArgument(const std::string& message) {
   return ffi::Error(ffi::ErrorCode::kInvalidArgument, "mjbatch_jax: " + message);
@@ -126,6 +129,7 @@ ffi::Error StepImpl(ffi::AnyBuffer state, ffi::AnyBuffer ctrl, ffi::AnyBuffer pa
                     ffi::Result<ffi::AnyBuffer> state_out,
                     ffi::Result<ffi::Buffer<ffi::S32>> warnings, int64_t engine, int64_t nstep,
                     std::string_view fields) {
+  step_calls.fetch_add(1, std::memory_order_relaxed);
   Common c;
   if (ffi::Error error = Prepare(engine, fields, state, params, &c); error.failure()) {
     return error;
@@ -151,6 +155,7 @@ ffi::Error RolloutImpl(ffi::AnyBuffer state, ffi::AnyBuffer ctrls, ffi::AnyBuffe
                        ffi::Result<ffi::AnyBuffer> sensordata_out,
                        ffi::Result<ffi::Buffer<ffi::S32>> warnings, int64_t engine,
                        int64_t nstep, std::string_view fields) {
+  rollout_calls.fetch_add(1, std::memory_order_relaxed);
   Common c;
   if (ffi::Error error = Prepare(engine, fields, state, params, &c); error.failure()) {
     return error;
@@ -204,6 +209,7 @@ ffi::Error RunForward(const Common& c, const ffi::AnyBuffer& state, const ffi::A
 
 ffi::Error ForwardImpl(ffi::AnyBuffer state, ffi::AnyBuffer params, ffi::RemainingRets rets,
                        int64_t engine, std::string_view fields, std::string_view outputs) {
+  forward_calls.fetch_add(1, std::memory_order_relaxed);
   Common c;
   if (ffi::Error error = Prepare(engine, fields, state, params, &c); error.failure()) {
     return error;
@@ -225,6 +231,10 @@ ffi::Error ForwardImpl(ffi::AnyBuffer state, ffi::AnyBuffer params, ffi::Remaini
 }
 
 }  // namespace
+
+HandlerCalls CountHandlerCalls() {
+  return {step_calls.load(), rollout_calls.load(), forward_calls.load()};
+}
 
 XLA_FFI_DEFINE_HANDLER_SYMBOL(MjbatchJaxStep, StepImpl,
                               ffi::Ffi::Bind()

@@ -4,9 +4,18 @@
 #ifndef MJBATCH_JAX_FFI_H_
 #define MJBATCH_JAX_FFI_H_
 
+#include <cstdint>
+
 #include "xla/ffi/api/c_api.h"
 
 namespace mjbatch_jax {
+
+// How often each handler has run in this process: what tests count to see that vmap and the
+// derivatives make one call, not many.
+struct HandlerCalls {
+  int64_t step, rollout, forward;
+};
+HandlerCalls CountHandlerCalls();
 
 // step(state (..., nstate), ctrl (..., nu), params (..., P)) -> (state (..., nstate),
 //   warnings (..., mjNWARNING) int32). Attributes: engine, nstep, fields ("name:size,...").

@@ -49,6 +49,15 @@ NB_MODULE(_mjbatch_jax, m) {
     return handlers;
   }, "FFI handler capsules by target name, for jax.ffi.register_ffi_target.");
 
+  m.def("handler_calls", [] {
+    HandlerCalls calls = CountHandlerCalls();
+    nb::dict counts;
+    counts["mjbatch_jax_step"] = calls.step;
+    counts["mjbatch_jax_rollout"] = calls.rollout;
+    counts["mjbatch_jax_forward"] = calls.forward;
+    return counts;
+  }, "How many times each handler has run in this process.");
+
   m.def("make_engine", [](uintptr_t model, int nthread) {
     std::string error;
     std::unique_ptr<mjbatch_jax::Engine> engine;

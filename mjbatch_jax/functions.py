@@ -14,6 +14,7 @@ import jax
 import jax.numpy as jnp
 import mujoco
 import numpy as np
+from jax.core import Tracer
 
 from mjbatch_jax._extension import ext
 from mjbatch_jax.errors import SimulationError
@@ -60,6 +61,8 @@ def _floating(name: str, x: Any) -> jax.Array:
 def _inputs(state: Any, params: Params) -> tuple[jax.Array, jax.Array, SimSpec, tuple[int, ...]]:
   """The state and the params side by side as one (..., P) array, checked against each other."""
   spec = _check_params(params)
+  if simulator_of(spec.engine) is None:
+    raise ValueError(f"the Simulator of these params (engine {spec.engine}) is closed")
   state = _floating("state", state)
   if state.ndim < 1 or state.shape[-1] != spec.nstate:
     raise ValueError(f"state must be (..., nstate={spec.nstate}), got shape {state.shape}")
@@ -120,10 +123,10 @@ def step(
     input_output_aliases={0: 0},
   )
   with _converted(state):
-    new_state, warnings = call(
+    new_state, warnings = _varying_like(call(
       state, ctrl.astype(state.dtype), flat,
       engine=np.int64(spec.engine), nstep=np.int64(nstep), fields=spec.attribute,
-    )
+    ), state, ctrl, flat)
     _settle(state, new_state)
   return (new_state, warnings) if return_warnings else new_state
 
@@ -166,10 +169,10 @@ def rollout(
     vmap_method="broadcast_all",
   )
   with _converted(state):
-    states, sensordata, warnings = call(
+    states, sensordata, warnings = _varying_like(call(
       state, ctrls.astype(state.dtype), flat,
       engine=np.int64(spec.engine), nstep=np.int64(nstep), fields=spec.attribute,
-    )
+    ), state, ctrls, flat)
     _settle(state, states)
   if return_warnings:
     return states, sensordata, warnings
@@ -209,13 +212,12 @@ def forward(
     vmap_method="broadcast_all",
   )
   with _converted(state):
-    outputs = call(
+    outputs = _varying_like(call(
       state, flat, engine=np.int64(spec.engine), fields=spec.attribute, outputs=",".join(names)
-    )
+    ), state, flat)
     _settle(state, outputs[0])
-  return {
-    name: out.reshape(*lead, *shape) for name, out, shape in zip(names, outputs, shapes, strict=True)
-  }
+  parts = zip(names, outputs, shapes, strict=True)
+  return {name: out.reshape(*lead, *shape) for name, out, shape in parts}
 
 
 def _forward_shape(engine: int, name: str) -> tuple[int, ...]:
@@ -228,6 +230,35 @@ def _forward_shape(engine: int, name: str) -> tuple[int, ...]:
   return sim.forward_shape(name)
 
 
+def _varying_like(outputs: Any, *inputs: Any) -> Any:
+  """Mark outputs as varying over the shard_map axes that any input varies over.
+
+  A custom call's results carry no such type of their own; without it, a step inside shard_map
+  would not match its carry in a scan or fori_loop.
+  """
+  axes: frozenset[str] = frozenset()
+  for x in inputs:
+    axes |= _varying_axes(x)
+  if not axes:
+    return outputs
+  names = tuple(sorted(axes))
+
+  def vary(x: Any) -> Any:
+    missing = tuple(a for a in names if a not in _varying_axes(x))
+    return jax.lax.pcast(x, missing, to="varying") if missing else x
+
+  return jax.tree_util.tree_map(vary, outputs)
+
+
+def _varying_axes(x: Any) -> frozenset[str]:
+  aval = jax.typeof(x)
+  # Called vma in some JAX versions, manual_axis_type.varying in others.
+  axes = getattr(aval, "vma", None)
+  if axes is None:
+    axes = getattr(getattr(aval, "manual_axis_type", None), "varying", None)
+  return frozenset(axes or ())
+
+
 def _check_nstep(nstep: Any) -> int:
   if not isinstance(nstep, (int, np.integer)) or isinstance(nstep, bool) or nstep < 1:
     raise ValueError(f"nstep must be an int >= 1, got {nstep!r}")
@@ -235,7 +266,7 @@ def _check_nstep(nstep: Any) -> int:
 
 
 def _is_concrete(x: Any) -> bool:
-  return not isinstance(x, jax.core.Tracer)
+  return not isinstance(x, Tracer)
 
 
 @contextlib.contextmanager

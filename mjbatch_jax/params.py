@@ -72,7 +72,8 @@ class Params(Mapping):
     return Params(self._spec, tuple(new))
 
   def __repr__(self) -> str:
-    shapes = {n: getattr(v, "shape", None) for n, v in zip(self._spec.fields, self._values)}
+    shapes = dict(zip(self._spec.fields, (getattr(v, "shape", None) for v in self._values),
+                      strict=True))
     return f"Params(engine={self._spec.engine}, {shapes})"
 
   def tree_flatten(self) -> tuple[tuple[Any, ...], SimSpec]:

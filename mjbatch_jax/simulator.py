@@ -14,7 +14,6 @@ from mjbatch_jax._extension import ext
 from mjbatch_jax.layout import StateLayout
 from mjbatch_jax.params import Params, SimSpec
 
-
 # Open simulators by engine id, for the functions that need more of one than its SimSpec.
 _simulators: "weakref.WeakValueDictionary[int, Simulator]" = weakref.WeakValueDictionary()
 
