@@ -8,10 +8,10 @@ import threading
 import jax
 import jax.numpy as jnp
 import mujoco
-import mujoco.batch
 import mujoco.rollout
 import numpy as np
 import pytest
+from mujoco import batch as mujoco_batch
 
 import mjbatch_jax
 from mjbatch_jax._extension import ext
@@ -357,7 +357,7 @@ def test_warnings_are_counted_per_sim():
 def test_layout_matches_mujoco_batch_components():
   model = jax_models.load(TOY)
   sim = mjbatch_jax.Simulator(model)
-  batch = mujoco.batch.Batch(model, 1, 1)
+  batch = mujoco_batch.Batch(model, 1, 1)
   for name in sim.layout.names():
     bit = {"qacc_warmstart": "WARMSTART", "plugin_state": "PLUGIN"}.get(name, name.upper())
     offset, size = batch._b.state_component(int(getattr(mujoco.mjtState, f"mjSTATE_{bit}")))
