@@ -317,10 +317,16 @@ class Harness:
 
     data = self.inputs.data
     for n, t, k in self.configs:
-      per_thread = max(1, -(-n * k * self.args.calls // t))
+      # The same work as the batch rows: N trajectories of k * calls substeps from the initial
+      # state, N / T per thread. One long trajectory instead would drift to cheaper states (a
+      # robot at rest) and flatter the limit.
+      length, reps = k * self.args.calls, -(-n // t)
 
-      def run(t: int = t, steps: int = per_thread) -> tuple[float, int]:
-        return ext.step_loop(self.model._address, data._address, t, steps), t * steps
+      def run(t: int = t, length: int = length, reps: int = reps) -> tuple[float, int]:
+        seconds = sum(
+          ext.step_loop(self.model._address, data._address, t, length) for _ in range(reps)
+        )
+        return seconds, reps * t * length
 
       run()  # warm-up
       self.timers.append(("c_loop", (n, t, k), run))
