@@ -11,6 +11,7 @@ The numpy front end keeps the API of the mjbatch library: `from mjbatch_jax impo
 
 from mjbatch_jax import _extension  # noqa: F401  (checks the MuJoCo version first)
 from mjbatch_jax.batch import Batch
+from mjbatch_jax.derivatives import param_fd, transition_fd
 from mjbatch_jax.errors import SimulationError
 from mjbatch_jax.functions import NWARNING, forward, rollout, simulation_errors, step
 from mjbatch_jax.layout import StateLayout
@@ -25,7 +26,9 @@ __all__ = [
   "Simulator",
   "StateLayout",
   "forward",
+  "param_fd",
   "rollout",
   "simulation_errors",
   "step",
+  "transition_fd",
 ]

@@ -6,41 +6,20 @@ its axis in front (vmap_method="broadcast_all"), so a vmapped call is still one 
 """
 
 import contextlib
-import threading
 from collections.abc import Iterator, Sequence
 from typing import Any
 
 import jax
 import jax.numpy as jnp
-import mujoco
 import numpy as np
 from jax.core import Tracer
 
-from mjbatch_jax._extension import ext
+from mjbatch_jax import _calls, derivatives
 from mjbatch_jax.errors import SimulationError
 from mjbatch_jax.params import Params, SimSpec
 from mjbatch_jax.simulator import simulator_of
 
-NWARNING = int(mujoco.mjtWarning.mjNWARNING)
-
-_registered = False
-_register_lock = threading.Lock()
-
-
-def _register() -> None:
-  """Register the handlers with XLA, once, when a function is first traced.
-
-  Lazily, so that importing the package neither starts the JAX backend nor fails without one.
-  """
-  global _registered
-  with _register_lock:
-    if _registered:
-      return
-    if not hasattr(jax, "ffi") or not hasattr(jax.ffi, "register_ffi_target"):
-      raise ImportError(f"mjbatch_jax needs jax >= 0.10.2 with jax.ffi; found {jax.__version__}")
-    for name, capsule in ext.handlers().items():
-      jax.ffi.register_ffi_target(name, capsule, platform="cpu")
-    _registered = True
+NWARNING = _calls.NWARNING
 
 
 def _check_params(params: Any) -> SimSpec:
@@ -83,6 +62,18 @@ def _inputs(state: Any, params: Params) -> tuple[jax.Array, jax.Array, SimSpec, 
   return state, flat, spec, lead
 
 
+def checked_inputs(
+  state: Any, ctrl: Any, params: Params, nstep: int
+) -> tuple[jax.Array, jax.Array, jax.Array, SimSpec, tuple[int, ...]]:
+  """state, ctrl and the params side by side, checked against each other, in state's dtype."""
+  nstep = _check_nstep(nstep)
+  state, flat, spec, lead = _inputs(state, params)
+  ctrl = _floating("ctrl", ctrl)
+  if ctrl.shape != (*lead, spec.nu):
+    raise ValueError(f"ctrl must have shape {(*lead, spec.nu)}, got {ctrl.shape}")
+  return state, ctrl.astype(state.dtype), flat, spec, lead
+
+
 def step(
   state: Any, ctrl: Any, params: Params, nstep: int = 1, return_warnings: bool = False
 ) -> Any:
@@ -106,27 +97,12 @@ def step(
   Example:
     state = jax.jit(mjbatch_jax.step)(state, ctrl, params)
   """
-  nstep = _check_nstep(nstep)
-  state, flat, spec, lead = _inputs(state, params)
-  ctrl = _floating("ctrl", ctrl)
-  if ctrl.shape != (*lead, spec.nu):
-    raise ValueError(f"ctrl must have shape {(*lead, spec.nu)}, got {ctrl.shape}")
-  _register()
-  call = jax.ffi.ffi_call(
-    "mjbatch_jax_step",
-    (
-      jax.ShapeDtypeStruct(state.shape, state.dtype),
-      jax.ShapeDtypeStruct((*lead, NWARNING), jnp.int32),
-    ),
-    vmap_method="broadcast_all",
-    # The new rows may take the old rows' buffer: zero-copy for callers that donate the state.
-    input_output_aliases={0: 0},
-  )
+  state, ctrl, flat, spec, _ = checked_inputs(state, ctrl, params, nstep)
   with _converted(state):
-    new_state, warnings = _varying_like(call(
-      state, ctrl.astype(state.dtype), flat,
-      engine=np.int64(spec.engine), nstep=np.int64(nstep), fields=spec.attribute,
-    ), state, ctrl, flat)
+    if return_warnings:
+      new_state, warnings = _calls.step(state, ctrl, flat, spec, nstep)
+    else:
+      new_state, warnings = derivatives.step(state, ctrl, flat, spec, nstep), None
     _settle(state, new_state)
   return (new_state, warnings) if return_warnings else new_state
 
@@ -154,25 +130,14 @@ def rollout(
   """
   nstep = _check_nstep(nstep)
   state, flat, spec, lead = _inputs(state, params)
-  ctrls = _floating("ctrls", ctrls)
+  ctrls = _floating("ctrls", ctrls).astype(state.dtype)
   if ctrls.ndim != len(lead) + 2 or ctrls.shape[: len(lead)] != lead or ctrls.shape[-1] != spec.nu:
     raise ValueError(f"ctrls must have shape {(*lead, 'T', spec.nu)}, got {ctrls.shape}")
-  nknot = ctrls.shape[-2]
-  _register()
-  call = jax.ffi.ffi_call(
-    "mjbatch_jax_rollout",
-    (
-      jax.ShapeDtypeStruct((*lead, nknot, spec.nstate), state.dtype),
-      jax.ShapeDtypeStruct((*lead, nknot, spec.nsensordata), state.dtype),
-      jax.ShapeDtypeStruct((*lead, NWARNING), jnp.int32),
-    ),
-    vmap_method="broadcast_all",
-  )
   with _converted(state):
-    states, sensordata, warnings = _varying_like(call(
-      state, ctrls.astype(state.dtype), flat,
-      engine=np.int64(spec.engine), nstep=np.int64(nstep), fields=spec.attribute,
-    ), state, ctrls, flat)
+    if return_warnings:
+      states, sensordata, warnings = _calls.rollout(state, ctrls, flat, spec, nstep)
+    else:
+      (states, sensordata), warnings = derivatives.rollout(state, ctrls, flat, spec, nstep), None
     _settle(state, states)
   if return_warnings:
     return states, sensordata, warnings
@@ -203,18 +168,9 @@ def forward(
   if not names or len(set(names)) != len(names):
     raise ValueError(f"fields must be a non-empty sequence of unique names, got {names}")
   shapes = [_forward_shape(spec.engine, name) for name in names]
-  _register()
-  call = jax.ffi.ffi_call(
-    "mjbatch_jax_forward",
-    tuple(
-      jax.ShapeDtypeStruct((*lead, int(np.prod(shape))), state.dtype) for shape in shapes
-    ),
-    vmap_method="broadcast_all",
-  )
+  sizes = tuple(int(np.prod(shape)) for shape in shapes)
   with _converted(state):
-    outputs = _varying_like(call(
-      state, flat, engine=np.int64(spec.engine), fields=spec.attribute, outputs=",".join(names)
-    ), state, flat)
+    outputs = derivatives.forward(state, flat, spec, names, sizes)
     _settle(state, outputs[0])
   parts = zip(names, outputs, shapes, strict=True)
   return {name: out.reshape(*lead, *shape) for name, out, shape in parts}
@@ -228,35 +184,6 @@ def _forward_shape(engine: int, name: str) -> tuple[int, ...]:
   if sim is None:
     raise ValueError(f"simulator {engine} is closed")
   return sim.forward_shape(name)
-
-
-def _varying_like(outputs: Any, *inputs: Any) -> Any:
-  """Mark outputs as varying over the shard_map axes that any input varies over.
-
-  A custom call's results carry no such type of their own; without it, a step inside shard_map
-  would not match its carry in a scan or fori_loop.
-  """
-  axes: frozenset[str] = frozenset()
-  for x in inputs:
-    axes |= _varying_axes(x)
-  if not axes:
-    return outputs
-  names = tuple(sorted(axes))
-
-  def vary(x: Any) -> Any:
-    missing = tuple(a for a in names if a not in _varying_axes(x))
-    return jax.lax.pcast(x, missing, to="varying") if missing else x
-
-  return jax.tree_util.tree_map(vary, outputs)
-
-
-def _varying_axes(x: Any) -> frozenset[str]:
-  aval = jax.typeof(x)
-  # Called vma in some JAX versions, manual_axis_type.varying in others.
-  axes = getattr(aval, "vma", None)
-  if axes is None:
-    axes = getattr(getattr(aval, "manual_axis_type", None), "varying", None)
-  return frozenset(axes or ())
 
 
 def _check_nstep(nstep: Any) -> int:
