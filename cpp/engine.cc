@@ -97,6 +97,19 @@ void ForwardSim(const mjModel* m, mjData* d, int sim, void* arg) {
   }
 }
 
+struct TransitionArgs {
+  double eps;
+  int centered;
+  double *A, *B, *C, *D;
+};
+
+void TransitionSim(const mjModel* m, mjData* d, int sim, void* arg) {
+  auto* a = static_cast<TransitionArgs*>(arg);
+  std::size_t nx = 2 * m->nv + m->na, nu = m->nu, ns = m->nsensordata;
+  mjd_transitionFD(m, d, a->eps, a->centered, a->A + sim * nx * nx, a->B + sim * nx * nu,
+                   a->C ? a->C + sim * ns * nx : nullptr, a->D ? a->D + sim * ns * nu : nullptr);
+}
+
 }  // namespace
 
 std::unique_ptr<Engine> Engine::Create(const mjModel* m, int nthread, std::string* error) {
@@ -335,6 +348,15 @@ std::string Engine::Apply(const Inputs<T>& in, mjfBatchFunc fn, void* arg) {
   error = Failures(slot, in.n, nfail);
   Release(slot);
   return error;
+}
+
+std::string Engine::TransitionFD(const Inputs<double>& in, double eps, bool centered, double* A,
+                                 double* B, double* C, double* D) {
+  if (model_->opt.integrator == mjINT_RK4) {
+    return "mjd_transitionFD does not support the RK4 integrator";
+  }
+  TransitionArgs args{eps, centered ? 1 : 0, A, B, C, D};
+  return Apply(in, TransitionSim, &args);
 }
 
 #define MJBATCH_JAX_INSTANTIATE(T)                                                            \

@@ -82,6 +82,11 @@ class Engine {
   std::string Forward(const Inputs<T>& in, const std::vector<DataField>& fields,
                       const std::vector<T*>& outputs);
 
+  // MuJoCo's own mjd_transitionFD on each simulation, on the pool: A (n x nx x nx),
+  // B (n x nx x nu), and if C is not nullptr C (n x ns x nx) and D (n x ns x nu).
+  std::string TransitionFD(const Inputs<double>& in, double eps, bool centered, double* A,
+                           double* B, double* C, double* D);
+
   // Run fn(m, d, sim, arg) on each simulation of in, as mjb_apply does, without saving states.
   template <typename T>
   std::string Apply(const Inputs<T>& in, mjfBatchFunc fn, void* arg);

@@ -21,7 +21,7 @@ namespace ffi = xla::ffi;
 // others and raise its SimulationError.
 constexpr char kSimulationError[] = "mjbatch_jax.SimulationError: ";
 
-std::atomic<int64_t> step_calls{0}, rollout_calls{0}, forward_calls{0};
+std::atomic<int64_t> step_calls{0}, rollout_calls{0}, forward_calls{0}, transition_calls{0};
 
 ffi::Error InvalidArgument(const std::string& message) {
   return ffi::Error(ffi::ErrorCode::kInvalidArgument, "mjbatch_jax: " + message);
@@ -230,10 +230,37 @@ ffi::Error ForwardImpl(ffi::AnyBuffer state, ffi::AnyBuffer params, ffi::Remaini
   return RunForward<float>(c, state, params, data_fields, rets);
 }
 
+ffi::Error TransitionImpl(ffi::AnyBuffer state, ffi::AnyBuffer ctrl, ffi::AnyBuffer params,
+                          ffi::Result<ffi::Buffer<ffi::F64>> A, ffi::Result<ffi::Buffer<ffi::F64>> B,
+                          ffi::Result<ffi::Buffer<ffi::F64>> C, ffi::Result<ffi::Buffer<ffi::F64>> D,
+                          int64_t engine, std::string_view fields, double eps, bool centered,
+                          bool sensors) {
+  transition_calls.fetch_add(1, std::memory_order_relaxed);
+  Common c;
+  if (ffi::Error error = Prepare(engine, fields, state, params, &c); error.failure()) {
+    return error;
+  }
+  const mjModel* m = c.engine->model();
+  if (state.element_type() != ffi::DataType::F64 || ctrl.element_type() != ffi::DataType::F64 ||
+      !Rows(ctrl, m->nu, c.n)) {
+    return InvalidArgument("the native transition_fd needs float64 (jax_enable_x64) state and "
+                           "ctrl of nu = " + std::to_string(m->nu) + " values per simulation");
+  }
+  std::size_t nx = 2 * m->nv + m->na, nu = m->nu, ns = m->nsensordata;
+  if (A->element_count() != c.n * nx * nx || B->element_count() != c.n * nx * nu ||
+      (sensors && (C->element_count() != c.n * ns * nx || D->element_count() != c.n * ns * nu))) {
+    return InvalidArgument("transition_fd results have the wrong shapes");
+  }
+  auto in = MakeInputs(c, state, static_cast<const double*>(ctrl.untyped_data()), params);
+  return Result(c.engine->TransitionFD(in, eps, centered, A->typed_data(), B->typed_data(),
+                                       sensors ? C->typed_data() : nullptr,
+                                       sensors ? D->typed_data() : nullptr));
+}
+
 }  // namespace
 
 HandlerCalls CountHandlerCalls() {
-  return {step_calls.load(), rollout_calls.load(), forward_calls.load()};
+  return {step_calls.load(), rollout_calls.load(), forward_calls.load(), transition_calls.load()};
 }
 
 XLA_FFI_DEFINE_HANDLER_SYMBOL(MjbatchJaxStep, StepImpl,
@@ -267,5 +294,20 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(MjbatchJaxForward, ForwardImpl,
                                   .Attr<int64_t>("engine")
                                   .Attr<std::string_view>("fields")
                                   .Attr<std::string_view>("outputs"));
+
+XLA_FFI_DEFINE_HANDLER_SYMBOL(MjbatchJaxTransitionFD, TransitionImpl,
+                              ffi::Ffi::Bind()
+                                  .Arg<ffi::AnyBuffer>()
+                                  .Arg<ffi::AnyBuffer>()
+                                  .Arg<ffi::AnyBuffer>()
+                                  .Ret<ffi::Buffer<ffi::F64>>()
+                                  .Ret<ffi::Buffer<ffi::F64>>()
+                                  .Ret<ffi::Buffer<ffi::F64>>()
+                                  .Ret<ffi::Buffer<ffi::F64>>()
+                                  .Attr<int64_t>("engine")
+                                  .Attr<std::string_view>("fields")
+                                  .Attr<double>("eps")
+                                  .Attr<bool>("centered")
+                                  .Attr<bool>("sensors"));
 
 }  // namespace mjbatch_jax

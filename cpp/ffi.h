@@ -13,7 +13,7 @@ namespace mjbatch_jax {
 // How often each handler has run in this process: what tests count to see that vmap and the
 // derivatives make one call, not many.
 struct HandlerCalls {
-  int64_t step, rollout, forward;
+  int64_t step, rollout, forward, transition_fd;
 };
 HandlerCalls CountHandlerCalls();
 
@@ -28,6 +28,11 @@ extern "C" XLA_FFI_Error* MjbatchJaxRollout(XLA_FFI_CallFrame* call_frame);
 // forward(state (..., nstate), params (..., P)) -> one (..., size) array per output field.
 // Attributes: engine, fields, outputs ("name,name,...").
 extern "C" XLA_FFI_Error* MjbatchJaxForward(XLA_FFI_CallFrame* call_frame);
+
+// transition_fd(state (..., nstate), ctrl (..., nu), params (..., P)) -> A (..., nx, nx),
+//   B (..., nx, nu), C (..., ns, nx), D (..., ns, nu), float64: mjd_transitionFD per simulation.
+//   Attributes: engine, fields, eps, centered, sensors (C and D are written only if true).
+extern "C" XLA_FFI_Error* MjbatchJaxTransitionFD(XLA_FFI_CallFrame* call_frame);
 
 }  // namespace mjbatch_jax
 

@@ -46,6 +46,7 @@ NB_MODULE(_mjbatch_jax, m) {
     handlers["mjbatch_jax_step"] = Capsule(MjbatchJaxStep);
     handlers["mjbatch_jax_rollout"] = Capsule(MjbatchJaxRollout);
     handlers["mjbatch_jax_forward"] = Capsule(MjbatchJaxForward);
+    handlers["mjbatch_jax_transition_fd"] = Capsule(MjbatchJaxTransitionFD);
     return handlers;
   }, "FFI handler capsules by target name, for jax.ffi.register_ffi_target.");
 
@@ -55,6 +56,7 @@ NB_MODULE(_mjbatch_jax, m) {
     counts["mjbatch_jax_step"] = calls.step;
     counts["mjbatch_jax_rollout"] = calls.rollout;
     counts["mjbatch_jax_forward"] = calls.forward;
+    counts["mjbatch_jax_transition_fd"] = calls.transition_fd;
     return counts;
   }, "How many times each handler has run in this process.");
 
