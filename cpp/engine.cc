@@ -5,6 +5,7 @@
 #include <cstring>
 #include <numeric>
 #include <string>
+#include <thread>
 #include <type_traits>
 
 #include <mujoco/mjbatch.h>
@@ -266,88 +267,105 @@ std::string Engine::Load(Slot* slot, const Inputs<T>& in) {
   return "";
 }
 
-std::string Engine::Failures(Slot* slot, int n, int nfail) {
-  if (!nfail) return "";
-  const int* status = mjb_status(slot->batch);
-  for (int i = 0; i < n; ++i) {
-    if (status[i]) {
-      std::string message = "sim " + std::to_string(i) + ": " + mjb_error(slot->batch, i);
-      if (nfail > 1) {
-        message += " (" + std::to_string(nfail) + " of " + std::to_string(n) +
-                   " simulations failed)";
-      }
-      return message;
-    }
+template <typename T>
+Inputs<T> Engine::Chunk(const Inputs<T>& in, int start, int count) const {
+  std::size_t width = 0;
+  if (in.fields) {
+    for (const ParamField& field : *in.fields) width += field.size;
   }
-  return "MuJoCo reported " + std::to_string(nfail) + " failed simulations";
+  Inputs<T> chunk = in;
+  chunk.n = count;
+  chunk.state = in.state + static_cast<std::size_t>(start) * nstate_;
+  if (in.ctrl) chunk.ctrl = in.ctrl + static_cast<std::size_t>(start) * model_->nu;
+  if (in.params) chunk.params = in.params + static_cast<std::size_t>(start) * width;
+  return chunk;
+}
+
+template <typename T, typename Fn>
+std::string Engine::Run(const Inputs<T>& in, Fn run_chunk) {
+  if (in.n == 0) return "";
+  std::string error;
+  // Rows go through the batch a chunk at a time, so that the batch's own memory follows the
+  // threads, not the number of simulations of a call.
+  Slot* slot = Acquire(std::min(in.n, ChunkSize()), &error);
+  if (!slot) return error;
+  int total_failed = 0;
+  std::string first_failure;
+  for (int start = 0; start < in.n; start += slot->capacity) {
+    int count = std::min(slot->capacity, in.n - start);
+    error = Load(slot, Chunk(in, start, count));
+    if (!error.empty()) break;
+    const int* ids = count == slot->capacity ? nullptr : slot->ids.data();
+    int nfail = run_chunk(slot->batch, ids, start, count);
+    if (nfail && first_failure.empty()) {
+      const int* status = mjb_status(slot->batch);
+      for (int i = 0; i < count; ++i) {
+        if (status[i]) {
+          first_failure = "sim " + std::to_string(start + i) + ": " + mjb_error(slot->batch, i);
+          break;
+        }
+      }
+    }
+    total_failed += nfail;
+  }
+  Release(slot);
+  if (!error.empty() || !total_failed) return error;
+  if (total_failed > 1) {
+    first_failure += " (" + std::to_string(total_failed) + " of " + std::to_string(in.n) +
+                     " simulations failed)";
+  }
+  return first_failure;
+}
+
+int Engine::ChunkSize() const {
+  int threads = nthread_ > 0 ? nthread_ : static_cast<int>(std::thread::hardware_concurrency());
+  return kRowsPerThread * std::max(threads, 1);
 }
 
 template <typename T>
 std::string Engine::Step(const Inputs<T>& in, int nstep, T* state_out, int32_t* warnings) {
-  std::string error;
-  Slot* slot = Acquire(in.n, &error);
-  if (!slot) return error;
-  error = Load(slot, in);
-  if (!error.empty()) {
-    Release(slot);
-    return error;
-  }
-  mjBatch* b = slot->batch;
-  const int* ids = in.n == slot->capacity ? nullptr : slot->ids.data();
-  int nfail = mjb_step(b, ids, in.n, nstep, mjSTAGE_NONE);
-  Convert(state_out, mjb_state(b), static_cast<std::size_t>(in.n) * nstate_);
-  if (warnings) {
-    const mjWarningStat* stat = mjb_warning(b);
-    for (std::size_t k = 0; k < static_cast<std::size_t>(in.n) * mjNWARNING; ++k) {
-      warnings[k] = stat[k].number;
+  return Run(in, [&](mjBatch* b, const int* ids, int start, int count) {
+    int nfail = mjb_step(b, ids, count, nstep, mjSTAGE_NONE);
+    Convert(state_out + static_cast<std::size_t>(start) * nstate_, mjb_state(b),
+            static_cast<std::size_t>(count) * nstate_);
+    if (warnings) {
+      const mjWarningStat* stat = mjb_warning(b);
+      int32_t* out = warnings + static_cast<std::size_t>(start) * mjNWARNING;
+      for (std::size_t k = 0; k < static_cast<std::size_t>(count) * mjNWARNING; ++k) {
+        out[k] = stat[k].number;
+      }
     }
-  }
-  error = Failures(slot, in.n, nfail);
-  Release(slot);
-  return error;
+    return nfail;
+  });
 }
 
 template <typename T>
 std::string Engine::Rollout(const Inputs<T>& in, int nknot, int nstep, const T* ctrls,
                             T* states_out, T* sensordata_out, int32_t* warnings) {
-  std::string error;
-  Slot* slot = Acquire(in.n, &error);
-  if (!slot) return error;
-  error = Load(slot, in);
-  if (!error.empty()) {
-    Release(slot);
-    return error;
-  }
-  RolloutArgs<T> args{ctrls, states_out, sensordata_out, warnings, nknot, nstep};
-  const int* ids = in.n == slot->capacity ? nullptr : slot->ids.data();
-  int nfail = mjb_apply(slot->batch, ids, in.n, RolloutSim<T>, &args, /*save=*/0);
-  error = Failures(slot, in.n, nfail);
-  Release(slot);
-  return error;
+  return Run(in, [&](mjBatch* b, const int* ids, int start, int count) {
+    std::size_t knots = static_cast<std::size_t>(start) * nknot;
+    RolloutArgs<T> args{ctrls + knots * model_->nu,
+                        states_out + knots * nstate_,
+                        sensordata_out + knots * model_->nsensordata,
+                        warnings ? warnings + static_cast<std::size_t>(start) * mjNWARNING
+                                 : nullptr,
+                        nknot,
+                        nstep};
+    return mjb_apply(b, ids, count, RolloutSim<T>, &args, /*save=*/0);
+  });
 }
 
 template <typename T>
 std::string Engine::Forward(const Inputs<T>& in, const std::vector<DataField>& fields,
                             const std::vector<T*>& outputs) {
-  ForwardArgs<T> args{&fields, &outputs};
-  return Apply(in, ForwardSim<T>, &args);
-}
-
-template <typename T>
-std::string Engine::Apply(const Inputs<T>& in, mjfBatchFunc fn, void* arg) {
-  std::string error;
-  Slot* slot = Acquire(in.n, &error);
-  if (!slot) return error;
-  error = Load(slot, in);
-  if (!error.empty()) {
-    Release(slot);
-    return error;
-  }
-  const int* ids = in.n == slot->capacity ? nullptr : slot->ids.data();
-  int nfail = mjb_apply(slot->batch, ids, in.n, fn, arg, /*save=*/0);
-  error = Failures(slot, in.n, nfail);
-  Release(slot);
-  return error;
+  return Run(in, [&](mjBatch* b, const int* ids, int start, int count) {
+    std::vector<T*> chunk_outputs;
+    for (std::size_t f = 0; f < fields.size(); ++f) {
+      chunk_outputs.push_back(outputs[f] + static_cast<std::size_t>(start) * fields[f].size);
+    }
+    ForwardArgs<T> args{&fields, &chunk_outputs};
+    return mjb_apply(b, ids, count, ForwardSim<T>, &args, /*save=*/0);
+  });
 }
 
 std::string Engine::TransitionFD(const Inputs<double>& in, double eps, bool centered, double* A,
@@ -355,8 +373,18 @@ std::string Engine::TransitionFD(const Inputs<double>& in, double eps, bool cent
   if (model_->opt.integrator == mjINT_RK4) {
     return "mjd_transitionFD does not support the RK4 integrator";
   }
-  TransitionArgs args{eps, centered ? 1 : 0, A, B, C, D};
-  return Apply(in, TransitionSim, &args);
+  const std::size_t nx = 2 * model_->nv + model_->na, nu = model_->nu;
+  const std::size_t ns = model_->nsensordata;
+  return Run(in, [&](mjBatch* b, const int* ids, int start, int count) {
+    std::size_t s = start;
+    TransitionArgs args{eps,
+                        centered ? 1 : 0,
+                        A + s * nx * nx,
+                        B + s * nx * nu,
+                        C ? C + s * ns * nx : nullptr,
+                        D ? D + s * ns * nu : nullptr};
+    return mjb_apply(b, ids, count, TransitionSim, &args, /*save=*/0);
+  });
 }
 
 #define MJBATCH_JAX_INSTANTIATE(T)                                                            \
@@ -364,8 +392,7 @@ std::string Engine::TransitionFD(const Inputs<double>& in, double eps, bool cent
   template std::string Engine::Rollout<T>(const Inputs<T>&, int, int, const T*, T*, T*,       \
                                           int32_t*);                                          \
   template std::string Engine::Forward<T>(const Inputs<T>&, const std::vector<DataField>&,    \
-                                          const std::vector<T*>&);                            \
-  template std::string Engine::Apply<T>(const Inputs<T>&, mjfBatchFunc, void*);
+                                          const std::vector<T*>&);
 MJBATCH_JAX_INSTANTIATE(float)
 MJBATCH_JAX_INSTANTIATE(double)
 #undef MJBATCH_JAX_INSTANTIATE

@@ -87,13 +87,25 @@ class Engine {
   std::string TransitionFD(const Inputs<double>& in, double eps, bool centered, double* A,
                            double* B, double* C, double* D);
 
-  // Run fn(m, d, sim, arg) on each simulation of in, as mjb_apply does, without saving states.
-  template <typename T>
-  std::string Apply(const Inputs<T>& in, mjfBatchFunc fn, void* arg);
+  // Rows per thread that a batch holds: a call on more simulations goes through in chunks.
+  static constexpr int kRowsPerThread = 256;
 
  private:
   struct Slot;
   Engine(mjModel* model, int nthread);
+
+  // Rows of a batch: kRowsPerThread per thread.
+  int ChunkSize() const;
+
+  // The inputs of simulations [start, start + count).
+  template <typename T>
+  Inputs<T> Chunk(const Inputs<T>& in, int start, int count) const;
+
+  // Lease a batch, and for each chunk of in's simulations load it and call
+  // run_chunk(batch, ids or nullptr, start, count), which returns its number of failed
+  // simulations. Return "" or the first failure, named by its index in in.
+  template <typename T, typename Fn>
+  std::string Run(const Inputs<T>& in, Fn run_chunk);
 
   // A batch of at least n simulations that no other call holds until Release.
   Slot* Acquire(int n, std::string* error);
@@ -103,9 +115,6 @@ class Engine {
   // is wrong with the parameter fields.
   template <typename T>
   std::string Load(Slot* slot, const Inputs<T>& in);
-
-  // "" if no simulation of the n failed, else the first one's message.
-  static std::string Failures(Slot* slot, int n, int nfail);
 
   mjModel* model_;
   int nthread_;

@@ -364,3 +364,43 @@ def test_layout_matches_mujoco_batch_components():
     part = getattr(sim.layout, name)
     assert (part.start, part.stop - part.start) == (offset, size), name
   sim.close()
+
+
+def test_calls_larger_than_a_batch_go_through_in_chunks():
+  # With one thread a batch holds kRowsPerThread = 256 rows; 600 simulations take three chunks.
+  model = jax_models.load(TOY)
+  n = 600
+  rng = np.random.default_rng(5)
+  with mjbatch_jax.Simulator(model, num_threads=1) as sim:
+    state = sim.init_state(n).at[:, sim.layout.qvel].set(rng.normal(0, 0.3, (n, model.nv)))
+    params = sim.params(n, ("opt.gravity",))
+    gravity = params["opt.gravity"].at[:, 2].set(jnp.linspace(-12, -2, n))
+    params = params.replace({"opt.gravity": gravity})
+    ctrl = jnp.asarray(rng.uniform(-1, 1, (n, model.nu)))
+    stepped = np.asarray(mjbatch_jax.step(state, ctrl, params, nstep=3))
+    states, _ = mjbatch_jax.rollout(state, ctrl[:, None], params, nstep=3)
+    np.testing.assert_array_equal(states[:, 0], stepped)
+    xpos = mjbatch_jax.forward(state, params, ("xpos",))["xpos"]
+  for i in (0, 255, 256, 300, 511, 512, 599):
+    m = jax_models.with_params(model, {"opt.gravity": np.asarray(gravity[i])})
+    want = jax_models.reference_steps(m, np.asarray(state[i]), np.asarray(ctrl[i : i + 1]), 3)
+    np.testing.assert_array_equal(stepped[i], want[0], err_msg=f"sim {i}")
+    d = mujoco.MjData(m)
+    mujoco.mj_setState(m, d, np.asarray(state[i]), mujoco.mjtState.mjSTATE_INTEGRATION)
+    mujoco.mj_forward(m, d)
+    np.testing.assert_array_equal(xpos[i], d.xpos, err_msg=f"sim {i}")
+
+
+def test_error_in_a_later_chunk_names_the_sim_by_its_row():
+  bodies = "".join(
+    f'<body pos="{i % 4} {i // 4} 1"><freejoint/><geom size=".1" mass="1"/></body>'
+    for i in range(12)
+  )
+  model = mujoco.MjModel.from_xml_string(PILE.format(bodies=bodies))
+  n = 300
+  with mjbatch_jax.Simulator(model, num_threads=1) as sim:
+    state = np.array(sim.init_state(n))
+    for b in range(12):
+      state[270, sim.layout.qpos][7 * b : 7 * b + 3] = [0.05 * b, 0, 0.1 + 0.01 * b]
+    with pytest.raises(mjbatch_jax.SimulationError, match="sim 270: mj_stackAlloc"):
+      mjbatch_jax.step(jnp.asarray(state), jnp.zeros((n, 0)), sim.params(n))
