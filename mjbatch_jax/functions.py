@@ -81,6 +81,9 @@ def step(
 
   Pure: the same rows, ctrl and params give the same rows as mj_step on a fresh MjData, bit for
   bit with jax_enable_x64 on (float32 in and out without it, the physics in float64 inside).
+  Differentiable (jax.grad, jax.jacfwd, ...) w.r.t. the rows' qpos, qvel and act, ctrl and the
+  params leaves, by finite differences computed as extra rows of one call (mjbatch_jax.derivatives
+  has the cost model and eps); other entries of a row get zero derivatives.
 
   Args:
     state: (..., nstate) mjSTATE_INTEGRATION rows.
@@ -89,7 +92,7 @@ def step(
     nstep: substeps per call, >= 1.
     return_warnings: also return (..., mjNWARNING) int32 counts of the warnings each simulation
       raised in this call (divergence, for one, is a warning and an automatic reset in MuJoCo),
-      so that a jitted loop can mask bad rows.
+      so that a jitted loop can mask bad rows. This variant is not differentiable.
 
   Returns:
     The new state, or (state, warnings).
@@ -113,7 +116,8 @@ def rollout(
   """Run T knots of nstep substeps each from state, knot t with ctrls[..., t, :], in one call.
 
   Equals T calls of `step`. Sensordata is recorded after each knot's last mj_step, as
-  mujoco.rollout records it (computed at the state before that substep).
+  mujoco.rollout records it (computed at the state before that substep). Differentiable as
+  `step` is; a derivative costs one call per knot, each with all the columns of all simulations.
 
   Args:
     state: (..., nstate) rows.
@@ -148,6 +152,8 @@ def forward(
   state: Any, params: Params, fields: Sequence[str] = ("sensordata",)
 ) -> dict[str, jax.Array]:
   """mj_forward on each simulation; return the named mjData fields, each (..., *field shape).
+
+  Differentiable w.r.t. the rows' qpos, qvel, act and ctrl and the params leaves, as `step` is.
 
   Args:
     state: (..., nstate) rows.

@@ -110,3 +110,23 @@ def test_memory_reports_every_way(tiny_model: Path, tmp_path: Path):
     row = result["rows"][name]
     assert row["available"], f"{name}: {row.get('reason')}"
     assert row["results"][0]["peak_mb"] > 0
+
+
+def test_derivatives_benchmark_reports_every_case(tmp_path: Path) -> None:
+  model = tmp_path / "tiny.xml"
+  model.write_text(
+    '<mujoco><worldbody><body><joint name="j"/><geom size=".1" mass="1"/></body></worldbody>'
+    '<actuator><motor joint="j"/></actuator></mujoco>'
+  )
+  out = subprocess.run(
+    [sys.executable, str(BENCHMARKS / "derivatives.py"), str(model), "--num-sims", "4",
+     "--threads", "1", "--repeats", "1", "--no-plot", "--out", str(tmp_path)],
+    capture_output=True, text=True, timeout=300,
+  )
+  assert out.returncode == 0, out.stderr[-3000:]
+  (result,) = tmp_path.glob("derivatives-*.json")
+  data = json.loads(result.read_text())
+  assert set(data["seconds_median"]) == {"rows", "native", "steps", "python"}
+  assert all(value > 0 for value in data["seconds_median"].values())
+  assert set(data["ratios"]) == {"rows_over_steps", "python_over_rows", "native_over_rows"}
+  assert data["max_abs_A_rows_vs_native"] < 1e-6
