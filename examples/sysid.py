@@ -7,9 +7,10 @@ with mjbatch_jax under two multisine torque signals of 2 s each: one to fit, one
 recorded joint encoders carry Gaussian noise. The fit starts from a guess whose every mass,
 centre of mass and inertia is perturbed, and minimises the encoder residual by Levenberg-Marquardt:
 the Jacobian of the whole simulated trajectory w.r.t. the 49 parameters is `jax.jacfwd` through
-`mjbatch_jax.rollout` (finite differences inside, all columns as extra rows of each call), the
-damped Gauss-Newton direction is solved in JAX, and optax's backtracking line search chooses the
-step. The whole iteration is one jitted function.
+`mjbatch_jax.rollout` (finite differences inside, all columns as extra rows of each call); the
+damped Gauss-Newton steps for five Marquardt dampings are solved in JAX and simulated together as
+the five rows of one rollout call, and the best is applied (optax.apply_updates) if it lowers
+the cost. The whole iteration is one jitted function.
 
 Parametrisation (always physically valid). MuJoCo stores a body's inertia as mass, centre of mass
 `body_ipos`, principal moments `body_inertia` and the principal frame `body_iquat`; the frame
