@@ -47,7 +47,7 @@ def states_in_contact(sim: mjbatch_jax.Simulator, model: mujoco.MjModel, n: int)
 
 
 def main(argv: list[str] | None = None) -> dict:
-  parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+  parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
   parser.add_argument("model")
   parser.add_argument("--num-sims", type=int, default=256)
   parser.add_argument("--threads", type=int, default=2)
