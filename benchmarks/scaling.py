@@ -313,20 +313,19 @@ class Harness:
     return True
 
   def add_c_loop(self) -> None:
+    import mujoco
+
     from mjbatch_jax._extension import ext
 
-    data = self.inputs.data
+    rows = self.inputs.state_rows(mujoco.mjtState.mjSTATE_INTEGRATION, max(self.args.num_sims))
     for n, t, k in self.configs:
-      # The same work as the batch rows: N trajectories of k * calls substeps from the initial
-      # state, N / T per thread. One long trajectory instead would drift to cheaper states (a
-      # robot at rest) and flatter the limit.
-      length, reps = k * self.args.calls, -(-n // t)
+      # The same work as the batch rows: each of the N simulations from its initial row (its own
+      # ctrl) for calls * k substeps, on T threads that each own one MjData.
+      length = k * self.args.calls
+      states = np.ascontiguousarray(rows[:n])
 
-      def run(t: int = t, length: int = length, reps: int = reps) -> tuple[float, int]:
-        seconds = sum(
-          ext.step_loop(self.model._address, data._address, t, length) for _ in range(reps)
-        )
-        return seconds, reps * t * length
+      def run(t: int = t, length: int = length, states: np.ndarray = states) -> tuple[float, int]:
+        return ext.step_loop(self.model._address, states, t, length), len(states) * length
 
       run()  # warm-up
       self.timers.append(("c_loop", (n, t, k), run))

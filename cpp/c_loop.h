@@ -7,10 +7,11 @@
 
 namespace mjbatch_jax {
 
-// Run nstep calls to mj_step on each of nthread threads, each thread on its own copy of data
-// (nthread >= 1, nstep >= 0). Return the wall time in seconds from the moment every thread is
-// ready until the last one finishes. data is not changed.
-double StepLoop(const mjModel* m, const mjData* data, int nthread, long nstep);
+// Simulate nsim simulations from their mjSTATE_INTEGRATION rows (nsim x nstate, ctrl included)
+// for nstep calls to mj_step each, on nthread threads that each own one mjData and take every
+// nthread-th simulation. Return the wall time in seconds from the moment every thread has its
+// mjData until the last one finishes. states is not changed.
+double StepLoop(const mjModel* m, const mjtNum* states, int nsim, int nthread, int nstep);
 
 }  // namespace mjbatch_jax
 

@@ -7,6 +7,7 @@
 
 #include <mujoco/mujoco.h>
 #include <nanobind/nanobind.h>
+#include <nanobind/ndarray.h>
 #include <nanobind/stl/string.h>
 
 #include "c_loop.h"
@@ -95,12 +96,21 @@ NB_MODULE(_mjbatch_jax, m) {
   }, nb::arg("id"), nb::arg("name"),
      "mjtNum values per simulation of an mjData field; ValueError if forward cannot return it.");
 
-  m.def("step_loop", [](uintptr_t model, uintptr_t data, int nthread, long nstep) {
+  m.def("step_loop",
+        [](uintptr_t model, nb::ndarray<const double, nb::ndim<2>, nb::c_contig> states,
+           int nthread, int nstep) {
+    const mjModel* m = ModelAt(model);
     if (nthread < 1 || nstep < 0) throw nb::value_error("need nthread >= 1 and nstep >= 0");
+    if (states.shape(1) != static_cast<std::size_t>(mj_stateSize(m, mjSTATE_INTEGRATION))) {
+      throw nb::value_error("states must be (N, nstate) mjSTATE_INTEGRATION rows");
+    }
+    int nsim = static_cast<int>(states.shape(0));
+    const double* rows = states.data();
     nb::gil_scoped_release release;
-    return StepLoop(ModelAt(model), reinterpret_cast<const mjData*>(data), nthread, nstep);
-  }, nb::arg("model_address"), nb::arg("data_address"), nb::arg("nthread"), nb::arg("nstep"),
-     "Seconds for nstep mj_step calls on each of nthread threads, each on a copy of the data.");
+    return StepLoop(m, rows, nsim, nthread, nstep);
+  }, nb::arg("model_address"), nb::arg("states"), nb::arg("nthread"), nb::arg("nstep"),
+     "Seconds to simulate each (N, nstate) row for nstep mj_step calls, on nthread threads that "
+     "each own one MjData: the benchmarks' limit.");
 }
 
 }  // namespace mjbatch_jax

@@ -404,3 +404,38 @@ def test_error_in_a_later_chunk_names_the_sim_by_its_row():
       state[270, sim.layout.qpos][7 * b : 7 * b + 3] = [0.05 * b, 0, 0.1 + 0.01 * b]
     with pytest.raises(mjbatch_jax.SimulationError, match="sim 270: mj_stackAlloc"):
       mjbatch_jax.step(jnp.asarray(state), jnp.zeros((n, 0)), sim.params(n))
+
+
+_JAX_PEAK = """
+import sys
+import jax
+jax.config.update("jax_enable_x64", True)
+import mujoco
+import mjbatch_jax
+model = mujoco.MjModel.from_xml_path(sys.argv[1])
+n = int(sys.argv[2])
+sim = mjbatch_jax.Simulator(model, num_threads=2)
+state = sim.init_state(n)
+params = sim.params(n)
+ctrl = jax.numpy.zeros((n, model.nu))
+# The caller donates the state: the new rows take the old rows' buffer.
+jax.block_until_ready(jax.jit(mjbatch_jax.step, donate_argnums=0)(state, ctrl, params))
+# VmHWM, not ru_maxrss: Linux carries the parent's ru_maxrss into a child across fork and exec.
+print(open("/proc/self/status").read().split("VmHWM:")[1].split()[0])  # KiB
+"""
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="reads /proc/self/status")
+def test_jax_path_memory_follows_threads_not_sims():
+  def peak_kib(n):
+    out = subprocess.run([sys.executable, "-c", _JAX_PEAK, str(G1), str(n)],
+                         capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-3000:]
+    return int(out.stdout.split()[-1])
+
+  grew_mb = (peak_kib(4096) - peak_kib(16)) / 1024
+  rows_mb = 4096 * mujoco.mj_stateSize(jax_models.load(G1), mujoco.mjtState.mjSTATE_INTEGRATION) * 8
+  print(f"\nJAX path, G1: peak RSS grows {grew_mb:.1f} MB from 16 to 4096 simulations "
+        f"(the rows alone: {rows_mb / 2**20:.1f} MB)")
+  # The rows themselves (donated, so held once) plus a batch chunk per thread, not one per sim.
+  assert grew_mb < 32, f"4096 G1 simulations take {grew_mb:.1f} MB more than 16"
