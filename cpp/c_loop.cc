@@ -13,7 +13,15 @@ namespace mjbatch_jax {
 double StepLoop(const mjModel* m, const mjtNum* states, int nsim, int nthread, int nstep) {
   const std::size_t nstate = mj_stateSize(m, mjSTATE_INTEGRATION);
   std::vector<mjData*> datas(nthread);
-  for (int t = 0; t < nthread; ++t) datas[t] = mj_makeData(m);
+  for (int t = 0; t < nthread; ++t) {
+    datas[t] = mj_makeData(m);
+    // One untimed step touches the arena's pages, as a batch's long-lived mjData has them.
+    if (t < nsim) {
+      mj_setState(m, datas[t], states + t * mj_stateSize(m, mjSTATE_INTEGRATION),
+                  mjSTATE_INTEGRATION);
+      mj_step(m, datas[t]);
+    }
+  }
 
   // The clock starts when every thread has its data and stops when the last one is done, so that
   // making threads and data is not counted as physics.

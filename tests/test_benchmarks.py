@@ -130,3 +130,17 @@ def test_derivatives_benchmark_reports_every_case(tmp_path: Path) -> None:
   assert all(value > 0 for value in data["seconds_median"].values())
   assert set(data["ratios"]) == {"rows_over_steps", "python_over_rows", "native_over_rows"}
   assert data["max_abs_A_rows_vs_native"] < 1e-6
+
+
+def test_overhead_benchmark_reports_every_case(tmp_path: Path) -> None:
+  out = subprocess.run(
+    [sys.executable, str(BENCHMARKS / "overhead.py"), "--calls", "50", "--repeats", "1",
+     "--out", str(tmp_path)],
+    capture_output=True, text=True, timeout=300,
+  )
+  assert out.returncode == 0, out.stderr[-3000:]
+  (result,) = tmp_path.glob("overhead-*.json")
+  data = json.loads(result.read_text())
+  assert set(data["us_per_call"]) == {"c_loop", "step_fori", "mujoco.batch"}
+  assert all(value > 0 for value in data["us_per_call"].values())
+  assert "custom_call_overhead_us" in data
