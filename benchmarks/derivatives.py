@@ -61,7 +61,7 @@ def main(argv: list[str] | None = None) -> dict:
   nx, nu = 2 * model.nv + model.na, model.nu
   with mjbatch_jax.Simulator(model, num_threads=args.threads) as sim:
     state, ctrl, params = states_in_contact(sim, model, n)
-    rows = jax.jit(mjbatch_jax.transition_fd)
+    rows = jax.jit(lambda s, c, p: mjbatch_jax.transition_fd(s, c, p, method="rows"))
     native = jax.jit(lambda s, c, p: mjbatch_jax.transition_fd(s, c, p, method="native"))
     k = 1 + nx + nu
     big_state = jnp.repeat(state, k, axis=0)

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from mjbatch_jax import Batch, SimulationError
-from tests.conftest import CARTPOLE_XML, FREEBALL_XML
+from tests.models import CARTPOLE_XML, FREEBALL_XML
 
 N = 8
 INTEGRATION = mujoco.mjtState.mjSTATE_INTEGRATION

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from mjbatch_jax import Batch
-from tests.conftest import MODELS_DIR
+from tests.models import MODELS_DIR
 
 G1 = MODELS_DIR / "unitree_g1" / "scene.xml"
 GO1 = MODELS_DIR / "unitree_go1" / "scene.xml"

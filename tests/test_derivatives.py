@@ -10,8 +10,9 @@ import pytest
 import mjbatch_jax
 from mjbatch_jax import tangent
 from mjbatch_jax._extension import ext
-from tests import jax_models
-from tests.jax_models import CARTPOLE, G1, GO1
+from tests import models
+from tests.models import G1, GO1
+from tests.models import SMOOTH_CARTPOLE as CARTPOLE
 
 jax.config.update("jax_enable_x64", True)
 
@@ -35,7 +36,7 @@ def settled(sim, model, rng, keyframe, calls=20):
 @pytest.mark.parametrize("which", ["go1", "g1", "cartpole"])
 def test_transition_fd_matches_mjd_transition_fd(which, centered, method):
   source, key = {"go1": (GO1, "home"), "g1": (G1, 0), "cartpole": (CARTPOLE, None)}[which]
-  model = jax_models.load(source)
+  model = models.load(source)
   rng = np.random.default_rng(0)
   with mjbatch_jax.Simulator(model, num_threads=2) as sim:
     state, ctrl, params = settled(sim, model, rng, key)
@@ -63,13 +64,15 @@ def test_transition_fd_matches_mjd_transition_fd(which, centered, method):
   assert not np.allclose(A[0], A[1])
 
 
-def test_transition_fd_respects_control_limits():
-  model = jax_models.load(CARTPOLE)
+@pytest.mark.parametrize("method", ["rows", "native"])
+def test_transition_fd_respects_control_limits(method):
+  model = models.load(CARTPOLE)
   with mjbatch_jax.Simulator(model) as sim:
     state = sim.init_state(N)
     ctrl = jnp.asarray([[1.0], [-1.0], [0.3]])  # at the upper limit, the lower, inside
     for centered in (False, True):
-      _, B = mjbatch_jax.transition_fd(state, ctrl, sim.params(N), centered=centered)
+      _, B = mjbatch_jax.transition_fd(state, ctrl, sim.params(N), centered=centered,
+                                       method=method)
       for i in range(N):
         data = mujoco.MjData(model)
         mujoco.mj_setState(model, data, np.asarray(state[i]), mujoco.mjtState.mjSTATE_INTEGRATION)
@@ -81,8 +84,20 @@ def test_transition_fd_respects_control_limits():
         assert np.abs(want).max() > 0
 
 
+def test_auto_method_takes_native_where_it_can():
+  model = models.load(CARTPOLE)
+  with mjbatch_jax.Simulator(model) as sim:
+    state, ctrl, params = sim.init_state(N), jnp.zeros((N, model.nu)), sim.params(N)
+    for nstep, name in ((1, "mjbatch_jax_transition_fd"), (2, "mjbatch_jax_rollout")):
+      before = ext.handler_calls()[name]
+      jax.block_until_ready(mjbatch_jax.transition_fd(state, ctrl, params, nstep=nstep))
+      assert ext.handler_calls()[name] - before == 1
+    with pytest.raises(ValueError, match="native"):
+      mjbatch_jax.transition_fd(state, ctrl, params, nstep=2, method="native")
+
+
 def test_tangent_maps_match_mujoco():
-  model = jax_models.load(G1)
+  model = models.load(G1)
   rng = np.random.default_rng(1)
   qpos = model.qpos0.copy()
   qpos[3:7] = rng.normal(size=4)
@@ -103,7 +118,7 @@ NKNOT = 50
 
 
 def loss_setup():
-  model = jax_models.load(CARTPOLE)
+  model = models.load(CARTPOLE)
   sim = mjbatch_jax.Simulator(model, num_threads=2)
   rng = np.random.default_rng(2)
   state = np.array(sim.init_state(N))
@@ -140,7 +155,7 @@ def test_grad_through_rollout_matches_central_differences():
 
 
 def test_jacfwd_agrees_with_jacrev():
-  model = jax_models.load(CARTPOLE)
+  model = models.load(CARTPOLE)
   with mjbatch_jax.Simulator(model) as sim:
     state = sim.init_state(2).at[:, sim.layout.qpos].set(jnp.asarray([[0.1, 0.2], [-0.2, 0.4]]))
     params = sim.params(2, ("body_mass", "opt.gravity"))
@@ -163,7 +178,7 @@ def test_jacfwd_agrees_with_jacrev():
 
 
 def test_one_call_per_jacobian():
-  model = jax_models.load(CARTPOLE)
+  model = models.load(CARTPOLE)
   with mjbatch_jax.Simulator(model) as sim:
     state, ctrl = sim.init_state(8), jnp.zeros((8, model.nu))
     params = sim.params(8, ("body_mass", "dof_damping"))

@@ -15,8 +15,10 @@ from mujoco import batch as mujoco_batch
 
 import mjbatch_jax
 from mjbatch_jax._extension import ext
-from tests import jax_models
-from tests.jax_models import CARTPOLE, G1, GO1, TOY
+from tests import models
+from tests.models import FREEBALL_XML as TOY
+from tests.models import G1, GO1
+from tests.models import SMOOTH_CARTPOLE as CARTPOLE
 
 jax.config.update("jax_enable_x64", True)
 
@@ -47,7 +49,7 @@ def start_state(sim, model, rng):
 @pytest.mark.parametrize("which", ["g1", "go1", "cartpole", "toy"])
 def test_jit_scan_is_bit_exact_with_mj_step(which, nstep):
   source = {"g1": G1, "go1": GO1, "cartpole": CARTPOLE, "toy": TOY}[which]
-  model = jax_models.load(source)
+  model = models.load(source)
   rng = np.random.default_rng(0)
   with mjbatch_jax.Simulator(model, num_threads=2) as sim:
     state = start_state(sim, model, rng)
@@ -67,9 +69,9 @@ def test_jit_scan_is_bit_exact_with_mj_step(which, nstep):
   assert rows.dtype == np.float64
   for i in range(N):
     values = {name: np.asarray(params[name][i]) for name in params}
-    ref_model = jax_models.with_params(model, values)
+    ref_model = models.with_params(model, values)
     start, calls = np.asarray(state[i]), np.asarray(ctrls[:, i])
-    want = jax_models.reference_steps(ref_model, start, calls, nstep)
+    want = models.reference_steps(ref_model, start, calls, nstep)
     np.testing.assert_array_equal(rows[:, i], want, err_msg=f"sim {i}")
   # The parameters mattered: the simulations went apart.
   assert not np.array_equal(rows[-1, 0], rows[-1, 1])
@@ -77,7 +79,7 @@ def test_jit_scan_is_bit_exact_with_mj_step(which, nstep):
 
 @pytest.mark.parametrize("source", [CARTPOLE, GO1], ids=["cartpole", "go1"])
 def test_rollout_equals_steps_and_mujoco_rollout(source):
-  model = jax_models.load(source)
+  model = models.load(source)
   rng = np.random.default_rng(1)
   nknot = 30
   with mjbatch_jax.Simulator(model, num_threads=2) as sim:
@@ -110,7 +112,7 @@ def test_rollout_equals_steps_and_mujoco_rollout(source):
 
 
 def test_design_card_call_and_vmap_make_one_handler_call():
-  model = jax_models.load(CARTPOLE)
+  model = models.load(CARTPOLE)
   with mjbatch_jax.Simulator(model) as sim:
     state = sim.init_state(N)
     ctrl = jnp.ones((N, sim.nu))
@@ -142,7 +144,7 @@ def test_design_card_call_and_vmap_make_one_handler_call():
 
 
 def test_forward_matches_mj_forward():
-  model = jax_models.load(TOY)
+  model = models.load(TOY)
   rng = np.random.default_rng(2)
   with mjbatch_jax.Simulator(model, num_threads=2) as sim:
     state = start_state(sim, model, rng)
@@ -151,7 +153,7 @@ def test_forward_matches_mj_forward():
     out = jax.jit(mjbatch_jax.forward, static_argnums=2)(state, params, fields)
   for i in range(N):
     values = {name: np.asarray(params[name][i]) for name in params}
-    m = jax_models.with_params(model, values)
+    m = models.with_params(model, values)
     d = mujoco.MjData(m)
     mujoco.mj_setState(m, d, np.asarray(state[i]), mujoco.mjtState.mjSTATE_INTEGRATION)
     mujoco.mj_forward(m, d)
@@ -160,7 +162,7 @@ def test_forward_matches_mj_forward():
 
 
 def test_float32_without_x64_is_the_float64_path_rounded():
-  model = jax_models.load(CARTPOLE)
+  model = models.load(CARTPOLE)
   rng = np.random.default_rng(3)
   with mjbatch_jax.Simulator(model) as sim:
     state64 = np.array(sim.init_state(N))
@@ -185,7 +187,7 @@ def test_float32_without_x64_is_the_float64_path_rounded():
 
 
 def test_concurrent_threads_on_one_simulator_match_serial():
-  model = jax_models.load(GO1)
+  model = models.load(GO1)
   rng = np.random.default_rng(4)
   with mjbatch_jax.Simulator(model, num_threads=2) as sim:
     state = sim.init_state(N, keyframe="home")
@@ -253,7 +255,7 @@ def test_shard_map_over_two_cpu_devices_equals_one_device():
 
 
 def test_bad_inputs_raise_before_the_call():
-  model = jax_models.load(CARTPOLE)
+  model = models.load(CARTPOLE)
   sim = mjbatch_jax.Simulator(model)
   state, ctrl, params = sim.init_state(N), jnp.zeros((N, model.nu)), sim.params(N)
   before = ext.handler_calls()["mjbatch_jax_step"]
@@ -338,11 +340,11 @@ def test_mujoco_error_names_the_sim_and_keeps_the_others():
       d = mujoco.MjData(model)
       mujoco.mj_setState(model, d, state[i], mujoco.mjtState.mjSTATE_INTEGRATION)
       mujoco.mj_step(model, d)
-      np.testing.assert_array_equal(ok[j], jax_models.row(model, d))
+      np.testing.assert_array_equal(ok[j], models.row(model, d))
 
 
 def test_warnings_are_counted_per_sim():
-  model = jax_models.load(CARTPOLE)
+  model = models.load(CARTPOLE)
   with mjbatch_jax.Simulator(model) as sim:
     state = np.array(sim.init_state(N))
     state[1, sim.layout.qpos] = np.nan  # MuJoCo warns and resets this simulation
@@ -355,7 +357,7 @@ def test_warnings_are_counted_per_sim():
 
 
 def test_layout_matches_mujoco_batch_components():
-  model = jax_models.load(TOY)
+  model = models.load(TOY)
   sim = mjbatch_jax.Simulator(model)
   batch = mujoco_batch.Batch(model, 1, 1)
   for name in sim.layout.names():
@@ -368,7 +370,7 @@ def test_layout_matches_mujoco_batch_components():
 
 def test_calls_larger_than_a_batch_go_through_in_chunks():
   # With one thread a batch holds kRowsPerThread = 256 rows; 600 simulations take three chunks.
-  model = jax_models.load(TOY)
+  model = models.load(TOY)
   n = 600
   rng = np.random.default_rng(5)
   with mjbatch_jax.Simulator(model, num_threads=1) as sim:
@@ -382,8 +384,8 @@ def test_calls_larger_than_a_batch_go_through_in_chunks():
     np.testing.assert_array_equal(states[:, 0], stepped)
     xpos = mjbatch_jax.forward(state, params, ("xpos",))["xpos"]
   for i in (0, 255, 256, 300, 511, 512, 599):
-    m = jax_models.with_params(model, {"opt.gravity": np.asarray(gravity[i])})
-    want = jax_models.reference_steps(m, np.asarray(state[i]), np.asarray(ctrl[i : i + 1]), 3)
+    m = models.with_params(model, {"opt.gravity": np.asarray(gravity[i])})
+    want = models.reference_steps(m, np.asarray(state[i]), np.asarray(ctrl[i : i + 1]), 3)
     np.testing.assert_array_equal(stepped[i], want[0], err_msg=f"sim {i}")
     d = mujoco.MjData(m)
     mujoco.mj_setState(m, d, np.asarray(state[i]), mujoco.mjtState.mjSTATE_INTEGRATION)
@@ -434,7 +436,7 @@ def test_jax_path_memory_follows_threads_not_sims():
     return int(out.stdout.split()[-1])
 
   grew_mb = (peak_kib(4096) - peak_kib(16)) / 1024
-  rows_mb = 4096 * mujoco.mj_stateSize(jax_models.load(G1), mujoco.mjtState.mjSTATE_INTEGRATION) * 8
+  rows_mb = 4096 * mujoco.mj_stateSize(models.load(G1), mujoco.mjtState.mjSTATE_INTEGRATION) * 8
   print(f"\nJAX path, G1: peak RSS grows {grew_mb:.1f} MB from 16 to 4096 simulations "
         f"(the rows alone: {rows_mb / 2**20:.1f} MB)")
   # The rows themselves (donated, so held once) plus a batch chunk per thread, not one per sim.
