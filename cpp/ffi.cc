@@ -66,7 +66,7 @@ std::vector<std::string_view> Split(std::string_view text) {
   return parts;
 }
 
-// Number of rows of a (..., trailing) buffer whose last `tail` dimensions hold `width` elements.
+// Whether buffer holds rows of width elements each.
 bool Rows(const ffi::AnyBuffer& buffer, std::size_t width, std::size_t rows) {
   return buffer.element_count() == rows * width;
 }

@@ -213,8 +213,9 @@ def _converted(state: Any) -> Iterator[None]:
 
 
 def _settle(state: Any, result: Any) -> None:
-  # Eager calls wait for their result, so that an error is raised here, as SimulationError.
-  if _is_concrete(state):
+  # Eager calls wait for their result, so that an error is raised here, as SimulationError. A
+  # concrete state can still give a traced result (a traced ctrl or params): nothing to wait for.
+  if _is_concrete(state) and all(map(_is_concrete, jax.tree_util.tree_leaves(result))):
     jax.block_until_ready(result)
 
 

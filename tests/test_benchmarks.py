@@ -144,3 +144,15 @@ def test_overhead_benchmark_reports_every_case(tmp_path: Path) -> None:
   assert set(data["us_per_call"]) == {"c_loop", "step_fori", "mujoco.batch"}
   assert all(value > 0 for value in data["us_per_call"].values())
   assert "custom_call_overhead_us" in data
+
+
+def test_instructions_benchmark_rejects_unknown_paths(tmp_path: Path) -> None:
+  # The full run takes minutes under valgrind; this keeps its script importable and its
+  # arguments checked.
+  out = subprocess.run(
+    [sys.executable, str(BENCHMARKS / "instructions.py"), "unitree_go1", "--variants", "warp",
+     "--out", str(tmp_path)],
+    capture_output=True, text=True, timeout=120,
+  )
+  assert out.returncode != 0
+  assert "unknown variants ['warp']" in out.stderr

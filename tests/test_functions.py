@@ -441,3 +441,21 @@ def test_jax_path_memory_follows_threads_not_sims():
         f"(the rows alone: {rows_mb / 2**20:.1f} MB)")
   # The rows themselves (donated, so held once) plus a batch chunk per thread, not one per sim.
   assert grew_mb < 32, f"4096 G1 simulations take {grew_mb:.1f} MB more than 16"
+
+
+def test_rows_pass_between_batch_and_jax_without_conversion():
+  model = models.load(GO1)
+  rng = np.random.default_rng(6)
+  batch = mjbatch_jax.Batch(model, N, num_threads=2)
+  batch.reset(keyframe=0)
+  ctrl = model.key_ctrl[0] + rng.uniform(-0.3, 0.3, (N, model.nu))
+  batch.bind("ctrl")[:] = ctrl
+  batch.step(nstep=2)
+  with mjbatch_jax.Simulator(model, num_threads=2) as sim:
+    rows = batch.to_jax()
+    stepped = mjbatch_jax.step(rows, jnp.asarray(ctrl), sim.params(N), nstep=3)
+  batch.step(nstep=3)
+  np.testing.assert_array_equal(np.asarray(stepped), batch.bind("state"))
+  batch.from_jax(rows)  # and back: the Batch continues from the JAX rows
+  np.testing.assert_array_equal(batch.bind("state"), np.asarray(rows))
+  batch.close()
