@@ -13,8 +13,6 @@ Writes benchmarks/results/derivatives-<model>-<date>.json and a bar plot beside 
 """
 
 import argparse
-import datetime
-import json
 import statistics
 import sys
 import time
@@ -31,7 +29,7 @@ import numpy as np  # noqa: E402
 import mjbatch_jax  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from scaling import machine_info, model_label, resolve_model  # noqa: E402
+from scaling import machine_info, model_label, resolve_model, write_result  # noqa: E402
 
 
 def states_in_contact(sim: mjbatch_jax.Simulator, model: mujoco.MjModel, n: int):
@@ -114,11 +112,7 @@ def main(argv: list[str] | None = None) -> dict:
   print(f"  rows / (1+nx+nu) steps = {ratios['rows_over_steps']:.3f} (target <= 1.1)")
   print(f"  python loop / rows     = {ratios['python_over_rows']:.2f} (target >= 1.8)")
   print(f"  native / rows          = {ratios['native_over_rows']:.2f} (< 1: native is faster)")
-  args.out.mkdir(parents=True, exist_ok=True)
-  stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
-  out = args.out / f"derivatives-{label}-{stamp}.json"
-  out.write_text(json.dumps(result, indent=2))
-  print(f"wrote {out}")
+  out = write_result(args.out, f"derivatives-{label}", result)
   if not args.no_plot:
     import matplotlib
 

@@ -15,8 +15,6 @@ Writes benchmarks/results/instructions-<model>-<date>.json.
 
 import argparse
 import concurrent.futures
-import datetime
-import json
 import os
 import re
 import shutil
@@ -26,7 +24,7 @@ import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from scaling import machine_info, model_label, resolve_model  # noqa: E402
+from scaling import machine_info, model_label, resolve_model, write_result  # noqa: E402
 
 # One substep per call on N simulations, from the first keyframe (or the defaults) with its ctrl.
 SCRIPT = """
@@ -124,11 +122,7 @@ def main(argv: list[str] | None = None) -> dict:
   for v, value in per_call.items():
     ratio = f"  ({value / base:.3f}x mujoco.batch)" if base else ""
     print(f"  {v:13s} {value / 1e6:9.2f} M{ratio}")
-  args.out.mkdir(parents=True, exist_ok=True)
-  stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
-  out = args.out / f"instructions-{label}-{stamp}.json"
-  out.write_text(json.dumps(result, indent=2))
-  print(f"wrote {out}")
+  write_result(args.out, f"instructions-{label}", result)
   return result
 
 

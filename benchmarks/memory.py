@@ -27,6 +27,9 @@ from pathlib import Path
 from typing import Any
 
 HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+import scaling  # noqa: E402
+
 WAYS = ("baseline", "mjbatch_jax.Batch", "jax", "mjdata_per_sim", "mjx")
 GROWTH_BUDGET_MB = 32.0
 
@@ -99,19 +102,12 @@ def measure(python: str, way: str, xml: Path, num_sims: int, threads: int) -> di
   return json.loads(lines[-1])
 
 
-def _int_list(text: str) -> list[int]:
-  values = [int(v) for v in text.split(",") if v.strip()]
-  if not values or min(values) < 1:
-    raise argparse.ArgumentTypeError(f"expected a comma-separated list of ints >= 1, got {text!r}")
-  return values
-
-
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
   parser = argparse.ArgumentParser(
     description=__doc__, formatter_class=argparse.RawTextHelpFormatter
   )
   parser.add_argument("model", help="XML path, folder under ../shared/models, or Menagerie name")
-  parser.add_argument("--num-sims", type=_int_list, default=[16, 256, 1024, 4096, 16384])
+  parser.add_argument("--num-sims", type=scaling.int_list, default=[16, 256, 1024, 4096, 16384])
   parser.add_argument("--threads", type=int, default=2)
   parser.add_argument("--ways", default=",".join(WAYS[1:]), help=f"of {','.join(WAYS[1:])}")
   parser.add_argument("--mjx-python", help="interpreter with mujoco-mjx (default: this one)")
@@ -126,8 +122,6 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     print(json.dumps(child(argv[1], argv[2], int(argv[3]), int(argv[4]))))
     return {}
   args = parse_args(argv)
-  sys.path.insert(0, str(HERE))
-  import scaling
 
   xml, _ = scaling.resolve_model(args.model)
   if xml is None:

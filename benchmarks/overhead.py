@@ -12,8 +12,6 @@ Writes benchmarks/results/overhead-<date>.json.
 """
 
 import argparse
-import datetime
-import json
 import statistics
 import sys
 import time
@@ -32,7 +30,7 @@ import mjbatch_jax  # noqa: E402
 from mjbatch_jax._extension import ext  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from scaling import machine_info  # noqa: E402
+from scaling import machine_info, write_result  # noqa: E402
 
 TINY = '<mujoco><worldbody><body><joint/><geom size=".1" mass="1"/></body></worldbody></mujoco>'
 
@@ -79,11 +77,7 @@ def main(argv: list[str] | None = None) -> dict:
   for name, value in per_call.items():
     print(f"{name:13s} {value:7.2f} us per call")
   print(f"custom call overhead at N=1: {overhead:.2f} us (target < 5 us)")
-  args.out.mkdir(parents=True, exist_ok=True)
-  stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
-  out = args.out / f"overhead-{stamp}.json"
-  out.write_text(json.dumps(result, indent=2))
-  print(f"wrote {out}")
+  write_result(args.out, "overhead", result)
   return result
 
 

@@ -205,11 +205,22 @@ class Bar:
     sys.stderr.write("\n")
 
 
-def _int_list(text: str) -> list[int]:
+def int_list(text: str) -> list[int]:
+  """argparse type: a comma-separated list of ints >= 1."""
   values = [int(v) for v in text.split(",") if v.strip()]
   if not values or min(values) < 1:
     raise argparse.ArgumentTypeError(f"expected a comma-separated list of ints >= 1, got {text!r}")
   return values
+
+
+def write_result(out_dir: Path, stem: str, result: dict[str, Any]) -> Path:
+  """Write result as out_dir/<stem>-<date and time>.json and say where; return the path."""
+  out_dir.mkdir(parents=True, exist_ok=True)
+  stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
+  out = out_dir / f"{stem}-{stamp}.json"
+  out.write_text(json.dumps(result, indent=2))
+  print(f"wrote {out}")
+  return out
 
 
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
@@ -217,9 +228,9 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     description=__doc__, formatter_class=argparse.RawTextHelpFormatter
   )
   parser.add_argument("model", help="XML path, folder under ../shared/models, or Menagerie name")
-  parser.add_argument("--num-sims", type=_int_list, default=[256], help="N, e.g. 256,4096")
-  parser.add_argument("--threads", type=_int_list, default=[1, 2], help="T, e.g. 1,2,4")
-  parser.add_argument("--nstep", type=_int_list, default=[1, 10], help="substeps per call")
+  parser.add_argument("--num-sims", type=int_list, default=[256], help="N, e.g. 256,4096")
+  parser.add_argument("--threads", type=int_list, default=[1, 2], help="T, e.g. 1,2,4")
+  parser.add_argument("--nstep", type=int_list, default=[1, 10], help="substeps per call")
   parser.add_argument("--calls", type=int, default=10,
                       help="calls per timed run (scan length, rollout knots)")
   parser.add_argument("--repeats", type=int, default=5, help="timed runs per configuration")
