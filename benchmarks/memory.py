@@ -193,11 +193,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     "settings": {"num_sims": args.num_sims, "threads": args.threads, "ways": ways},
     "rows": rows,
   }
-  args.out.mkdir(parents=True, exist_ok=True)
-  stem = f"memory-{label}-{datetime.datetime.now():%Y%m%d-%H%M%S}"
-  json_path = args.out / f"{stem}.json"
-  json_path.write_text(json.dumps(result, indent=1) + "\n")
-  print(f"wrote {json_path}")
+  json_path = scaling.write_result(args.out, f"memory-{label}", result)
   if not args.no_plot:
     import matplotlib
 
@@ -220,7 +216,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     ax.grid(True, which="both", alpha=0.3)
     ax.legend()
     fig.tight_layout()
-    png_path = args.out / f"{stem}.png"
+    png_path = json_path.with_suffix(".png")
     fig.savefig(png_path, dpi=100)
     plt.close(fig)
     print(f"wrote {png_path}")

@@ -734,13 +734,9 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
   }
   table = format_table(rows, harness.configs)
   print(table)
-  args.out.mkdir(parents=True, exist_ok=True)
-  stem = f"{label}-{datetime.datetime.now():%Y%m%d-%H%M%S}"
-  json_path = args.out / f"{stem}.json"
-  json_path.write_text(json.dumps(result, indent=1) + "\n")
-  print(f"wrote {json_path}")
+  json_path = write_result(args.out, label, result)
   if not args.no_plot:
-    png_path = args.out / f"{stem}.png"
+    png_path = json_path.with_suffix(".png")
     plot(rows, args, png_path, label)
     print(f"wrote {png_path}")
   return result

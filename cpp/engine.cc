@@ -46,6 +46,15 @@ void Convert(To* to, const From* from, std::size_t count) {
   }
 }
 
+// Values per simulation of the params of a call: its fields side by side.
+std::size_t ParamWidth(const std::vector<ParamField>* fields) {
+  std::size_t width = 0;
+  if (fields) {
+    for (const ParamField& field : *fields) width += field.size;
+  }
+  return width;
+}
+
 template <typename T>
 struct RolloutArgs {
   const T* ctrls;
@@ -240,8 +249,7 @@ std::string Engine::Load(Slot* slot, const Inputs<T>& in) {
     }
   }
   if (!in.fields) return "";
-  std::size_t width = 0;
-  for (const ParamField& field : *in.fields) width += field.size;
+  const std::size_t width = ParamWidth(in.fields);
   std::size_t column = 0;
   for (const ParamField& field : *in.fields) {
     int size = 0, elemsize = 0;
@@ -269,10 +277,7 @@ std::string Engine::Load(Slot* slot, const Inputs<T>& in) {
 
 template <typename T>
 Inputs<T> Engine::Chunk(const Inputs<T>& in, int start, int count) const {
-  std::size_t width = 0;
-  if (in.fields) {
-    for (const ParamField& field : *in.fields) width += field.size;
-  }
+  const std::size_t width = ParamWidth(in.fields);
   Inputs<T> chunk = in;
   chunk.n = count;
   chunk.state = in.state + static_cast<std::size_t>(start) * nstate_;

@@ -26,7 +26,7 @@ from jax.custom_derivatives import SymbolicZero
 
 from mjbatch_jax import _calls
 from mjbatch_jax.params import Params, SimSpec
-from mjbatch_jax.simulator import Simulator, simulator_of
+from mjbatch_jax.simulator import simulator_of
 from mjbatch_jax.tangent import Joints, differentiate_pos, dof_perturbations
 
 
@@ -34,21 +34,21 @@ def default_eps(dtype: Any) -> float:
   return 1e-6 if jnp.dtype(dtype) == jnp.float64 else 1e-3
 
 
-def _simulator(spec: SimSpec) -> Simulator:
-  sim = simulator_of(spec.engine)
-  if sim is None:
-    raise ValueError(f"the Simulator of these params (engine {spec.engine}) is closed")
-  return sim
-
-
 def _state_columns(spec: SimSpec) -> np.ndarray:
   """Indices in a row of the entries that derivatives perturb: qpos, qvel, act."""
-  layout = _simulator(spec).layout
+  layout = simulator_of(spec.engine).layout
   return np.r_[
     np.arange(layout.qpos.start, layout.qpos.stop),
     np.arange(layout.qvel.start, layout.qvel.stop),
     np.arange(layout.act.start, layout.act.stop),
   ]
+
+
+def _nudged(rows: jax.Array, columns: np.ndarray, eps: float) -> jax.Array:
+  """(M, k, width): k copies of each (M, width) row, copy j with entry columns[j] moved by eps."""
+  bump = np.zeros((len(columns), rows.shape[-1]))
+  bump[np.arange(len(columns)), columns] = eps
+  return rows[:, None] + jnp.asarray(bump, rows.dtype)
 
 
 def _is_zero(tangent: Any) -> bool:
@@ -74,9 +74,7 @@ def _fd_rows(
 
   if wrt[0]:
     k = len(columns)
-    bump = np.zeros((k, spec.nstate))
-    bump[np.arange(k), columns] = eps
-    blocks_state.append(state[:, None] + jnp.asarray(bump, dtype))
+    blocks_state.append(_nudged(state, columns, eps))
     blocks_ctrl.append(repeat(ctrl, k))
     blocks_flat.append(repeat(flat, k))
   if wrt[1]:
@@ -236,13 +234,11 @@ def _forward_jvp(
   s, f = _flatten(state, spec.nstate), _flatten(flat, width)
   m = s.shape[0]
   # The controls are part of the row here: the state columns are qpos, qvel, act and ctrl.
-  layout = _simulator(spec).layout
+  layout = simulator_of(spec.engine).layout
   columns = np.r_[_state_columns(spec), np.arange(layout.ctrl.start, layout.ctrl.stop)]
   blocks_state, blocks_flat, parts = [s[:, None]], [f[:, None]], []
   if with_state:
-    bump = np.zeros((len(columns), spec.nstate))
-    bump[np.arange(len(columns)), columns] = eps
-    blocks_state.append(s[:, None] + jnp.asarray(bump, s.dtype))
+    blocks_state.append(_nudged(s, columns, eps))
     blocks_flat.append(jnp.broadcast_to(f[:, None], (m, len(columns), width)))
     parts.append(_flatten(t_state, spec.nstate)[:, columns])
   if with_flat:
@@ -328,7 +324,7 @@ def transition_fd(
   from mjbatch_jax.functions import checked_inputs  # the public checks, shared
 
   state, ctrl, flat, spec, lead = checked_inputs(state, ctrl, params, nstep)
-  sim = _simulator(spec)
+  sim = simulator_of(spec.engine)
   model = sim.model
   nv, na, nu = model.nv, model.na, model.nu
   if method == "auto":
@@ -355,11 +351,9 @@ def transition_fd(
     # positions along each dof, then velocities, then activations
     moved = dof_perturbations(joints, s[:, layout.qpos], sign * eps)  # (m, nv, nq)
     rows_q = jnp.broadcast_to(s[:, None], (m, nv, spec.nstate)).at[:, :, layout.qpos].set(moved)
-    bump = np.zeros((nv + na, spec.nstate))
     index = np.r_[np.arange(layout.qvel.start, layout.qvel.stop),
                   np.arange(layout.act.start, layout.act.stop)]
-    bump[np.arange(nv + na), index] = sign * eps
-    blocks_state += [rows_q, s[:, None] + jnp.asarray(bump, s.dtype)]
+    blocks_state += [rows_q, _nudged(s, index, sign * eps)]
     blocks_ctrl.append(jnp.broadcast_to(c[:, None], (m, 2 * nv + na, nu)))
   forward_ok, backward_ok, plus, minus = _controls_rows(
     c, model.actuator_ctrlrange, model.actuator_ctrllimited.astype(bool), eps, centered

@@ -40,8 +40,7 @@ def _floating(name: str, x: Any) -> jax.Array:
 def _inputs(state: Any, params: Params) -> tuple[jax.Array, jax.Array, SimSpec, tuple[int, ...]]:
   """The state and the params side by side as one (..., P) array, checked against each other."""
   spec = _check_params(params)
-  if simulator_of(spec.engine) is None:
-    raise ValueError(f"the Simulator of these params (engine {spec.engine}) is closed")
+  simulator_of(spec.engine)  # ValueError if it is closed
   state = _floating("state", state)
   if state.ndim < 1 or state.shape[-1] != spec.nstate:
     raise ValueError(f"state must be (..., nstate={spec.nstate}), got shape {state.shape}")
@@ -186,10 +185,7 @@ def _forward_shape(engine: int, name: str) -> tuple[int, ...]:
   """Shape of one simulation's values of mjData field name, checked by the engine."""
   if not isinstance(name, str):
     raise ValueError(f"field names must be strings, got {name!r}")
-  sim = simulator_of(engine)
-  if sim is None:
-    raise ValueError(f"simulator {engine} is closed")
-  return sim.forward_shape(name)
+  return simulator_of(engine).forward_shape(name)
 
 
 def _check_nstep(nstep: Any) -> int:

@@ -18,10 +18,12 @@ from mjbatch_jax.params import Params, SimSpec
 _simulators: "weakref.WeakValueDictionary[int, Simulator]" = weakref.WeakValueDictionary()
 
 
-def simulator_of(engine: int) -> "Simulator | None":
-  """The open Simulator of an engine id, or None."""
+def simulator_of(engine: int) -> "Simulator":
+  """The open Simulator of an engine id; ValueError if it is closed."""
   sim = _simulators.get(engine)
-  return None if sim is None or sim.closed else sim
+  if sim is None or sim.closed:
+    raise ValueError(f"the Simulator of these params (engine {engine}) is closed")
+  return sim
 
 
 def _float_dtype() -> np.dtype:
