@@ -1,16 +1,21 @@
 #include "engine.h"
 
 #include <algorithm>
+#include <climits>
+#include <cmath>
 #include <cstddef>
 #include <cstring>
 #include <numeric>
 #include <string>
 #include <thread>
 #include <type_traits>
+#include <utility>
 
 #include <mujoco/mjbatch.h>
 #include <mujoco/mjxmacro.h>
 #include <mujoco/mujoco.h>
+
+#include "trap.h"
 
 namespace mjbatch_jax {
 
@@ -26,21 +31,41 @@ struct Engine::Slot {
 
 namespace {
 
-mjBatch* MakeBatch(const mjModel* m, int nsim, int nthread, std::string* error) {
+int Threads(int nthread) {
+  if (nthread > 0) return nthread;
+  return std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
+}
+
+// A new batch, or nullptr with the reason. MuJoCo's errors on this thread (an allocation that
+// fails) are trapped like those of its workers.
+mjBatch* MakeBatch(const mjModel* m, int nsim, int nthread, Status* status) {
   mjBatchConfig config;
   mjb_defaultConfig(&config);
   config.nthread = nthread;
   char buffer[1000] = "";
-  mjBatch* batch = mjb_makeBatch(m, nsim, &config, buffer, sizeof(buffer));
-  if (!batch && error) *error = buffer;
-  return batch;
+  mjBatch* batch = nullptr;
+  auto make = [&] { batch = mjb_makeBatch(m, nsim, &config, buffer, sizeof(buffer)); };
+  std::string trapped = Trapped(make);
+  if (batch) return batch;
+  std::string reason = !trapped.empty() ? trapped : buffer;
+  if (status) {
+    // Sleep and the like are properties of the model; anything else is a lack of resources.
+    bool model = reason.find("sleep") != std::string::npos ||
+                 reason.find("IPC") != std::string::npos ||
+                 reason.find("persistent") != std::string::npos;
+    *status = model ? Status::InvalidArgument(reason)
+                    : Status::ResourceExhausted("could not make a batch of " +
+                                                std::to_string(nsim) + " simulations on " +
+                                                std::to_string(nthread) + " threads: " + reason);
+  }
+  return nullptr;
 }
 
 // Copy count values between element types, as a memcpy when they agree.
 template <typename To, typename From>
 void Convert(To* to, const From* from, std::size_t count) {
   if constexpr (std::is_same_v<To, From>) {
-    std::memcpy(to, from, count * sizeof(To));
+    if (count) std::memcpy(to, from, count * sizeof(To));
   } else {
     for (std::size_t i = 0; i < count; ++i) to[i] = static_cast<To>(from[i]);
   }
@@ -53,6 +78,14 @@ std::size_t ParamWidth(const std::vector<ParamField>* fields) {
     for (const ParamField& field : *fields) width += field.size;
   }
   return width;
+}
+
+// mjb_* calls on the calling thread, with MuJoCo's argument errors trapped.
+template <typename Fn>
+Status Call(Fn fn) {
+  std::string error = Trapped(fn);
+  if (error.empty()) return Status();
+  return Status::InvalidArgument("MuJoCo: " + error);
 }
 
 template <typename T>
@@ -75,7 +108,7 @@ void RolloutSim(const mjModel* m, mjData* d, int sim, void* arg) {
   mjtNum* row = mj_stackAllocNum(d, nstate);
   for (int k = 0; k < a->nknot; ++k) {
     std::size_t knot = static_cast<std::size_t>(sim) * a->nknot + k;
-    Convert(d->ctrl, a->ctrls + knot * m->nu, m->nu);
+    if (a->ctrls) Convert(d->ctrl, a->ctrls + knot * m->nu, m->nu);
     for (int s = 0; s < a->nstep; ++s) mj_step(m, d);
     mj_getState(m, d, row, mjSTATE_INTEGRATION);
     Convert(a->states + knot * nstate, row, nstate);
@@ -89,21 +122,49 @@ void RolloutSim(const mjModel* m, mjData* d, int sim, void* arg) {
   }
 }
 
+// Fields that mj_forward leaves alone, and the call that computes them after it.
+enum class Extra { kNone, kSubtreeVel, kRnePost, kInverse };
+
+Extra ExtraStage(std::string_view name) {
+  if (name == "subtree_linvel" || name == "subtree_angmom") return Extra::kSubtreeVel;
+  if (name == "cacc" || name == "cfrc_int" || name == "cfrc_ext") return Extra::kRnePost;
+  if (name == "qfrc_inverse") return Extra::kInverse;
+  return Extra::kNone;
+}
+
 template <typename T>
 struct ForwardArgs {
   const std::vector<DataField>* fields;
   const std::vector<T*>* outputs;
+  bool subtree_vel, rne_post, inverse;
 };
+
+template <typename T>
+void CopyField(const DataField& field, const mjData* d, T* out, int sim) {
+  mjtNum* values;
+  std::memcpy(&values, reinterpret_cast<const char*>(d) + field.offset, sizeof(values));
+  Convert(out + static_cast<std::size_t>(sim) * field.size, values, field.size);
+}
 
 template <typename T>
 void ForwardSim(const mjModel* m, mjData* d, int sim, void* arg) {
   auto* a = static_cast<ForwardArgs<T>*>(arg);
   mj_forward(m, d);
-  for (std::size_t f = 0; f < a->fields->size(); ++f) {
-    const DataField& field = (*a->fields)[f];
-    mjtNum* values;
-    std::memcpy(&values, reinterpret_cast<const char*>(d) + field.offset, sizeof(values));
-    Convert((*a->outputs)[f] + static_cast<std::size_t>(sim) * field.size, values, field.size);
+  if (a->subtree_vel) mj_subtreeVel(m, d);
+  if (a->rne_post) mj_rnePostConstraint(m, d);
+  const std::vector<DataField>& fields = *a->fields;
+  for (std::size_t f = 0; f < fields.size(); ++f) {
+    if (ExtraStage(fields[f].name) != Extra::kInverse) {
+      CopyField(fields[f], d, (*a->outputs)[f], sim);
+    }
+  }
+  if (!a->inverse) return;
+  // mj_inverse reuses mj_forward's qacc but rewrites other fields: it runs last.
+  mj_inverse(m, d);
+  for (std::size_t f = 0; f < fields.size(); ++f) {
+    if (ExtraStage(fields[f].name) == Extra::kInverse) {
+      CopyField(fields[f], d, (*a->outputs)[f], sim);
+    }
   }
 }
 
@@ -116,20 +177,43 @@ struct TransitionArgs {
 void TransitionSim(const mjModel* m, mjData* d, int sim, void* arg) {
   auto* a = static_cast<TransitionArgs*>(arg);
   std::size_t nx = 2 * m->nv + m->na, nu = m->nu, ns = m->nsensordata;
-  mjd_transitionFD(m, d, a->eps, a->centered, a->A + sim * nx * nx, a->B + sim * nx * nu,
-                   a->C ? a->C + sim * ns * nx : nullptr, a->D ? a->D + sim * ns * nu : nullptr);
+  std::size_t s = sim;
+  mjd_transitionFD(m, d, a->eps, a->centered, a->A + s * nx * nx, a->B + s * nx * nu,
+                   a->C ? a->C + s * ns * nx : nullptr, a->D ? a->D + s * ns * nu : nullptr);
+}
+
+struct StepRowsArgs {
+  double* states;
+  double* sensordata;
+  int nstep;
+};
+
+// mjb_apply function: nstep substeps of one loaded row, recording the row and sensordata.
+void StepRowSim(const mjModel* m, mjData* d, int sim, void* arg) {
+  auto* a = static_cast<StepRowsArgs*>(arg);
+  std::size_t nstate = mj_stateSize(m, mjSTATE_INTEGRATION), ns = m->nsensordata;
+  for (int s = 0; s < a->nstep; ++s) mj_step(m, d);
+  mj_getState(m, d, a->states + sim * nstate, mjSTATE_INTEGRATION);
+  Convert(a->sensordata + sim * ns, d->sensordata, ns);
 }
 
 }  // namespace
 
-std::unique_ptr<Engine> Engine::Create(const mjModel* m, int nthread, std::string* error) {
+std::unique_ptr<Engine> Engine::Create(const mjModel* m, int nthread, Status* status) {
+  if (nthread < 0 || nthread > kMaxThreads) {
+    *status = Status::InvalidArgument("nthread must be in [0, " + std::to_string(kMaxThreads) +
+                                      "], got " + std::to_string(nthread));
+    return nullptr;
+  }
   // A batch of one tells whether MuJoCo can batch the model at all, before any call.
-  mjBatch* probe = MakeBatch(m, 1, 1, error);
+  mjBatch* probe = MakeBatch(m, 1, 1, status);
   if (!probe) return nullptr;
   mjb_deleteBatch(probe);
-  mjModel* copy = mj_copyModel(nullptr, m);
+  mjModel* copy = nullptr;
+  auto copy_model = [&] { copy = mj_copyModel(nullptr, m); };
+  std::string error = Trapped(copy_model);
   if (!copy) {
-    *error = "could not copy the model";
+    *status = Status::ResourceExhausted("could not copy the model: " + error);
     return nullptr;
   }
   return std::unique_ptr<Engine>(new Engine(copy, nthread));
@@ -138,37 +222,69 @@ std::unique_ptr<Engine> Engine::Create(const mjModel* m, int nthread, std::strin
 Engine::Engine(mjModel* model, int nthread)
     : model_(model),
       nthread_(nthread),
-      nstate_(mj_stateSize(model, mjSTATE_INTEGRATION)) {}
+      nstate_(mj_stateSize(model, mjSTATE_INTEGRATION)) {
+  // Concurrent calls (Python threads, shard_map devices) lease a batch each, and each batch has
+  // its own pool of threads: bound the batches so that they never hold more than about twice
+  // the machine's threads together, and let a call beyond that wait for a free batch.
+  int hardware = Threads(0);
+  max_slots_ = std::max(2, hardware / Threads(nthread));
+}
 
 Engine::~Engine() {
-  for (auto& slot : slots_) mjb_deleteBatch(slot->batch);
+  for (auto& slot : slots_) {
+    if (slot->batch) mjb_deleteBatch(slot->batch);
+  }
   mj_deleteModel(model_);
 }
 
 int Engine::ParamSize(std::string_view name, std::string* error) const {
   std::string field(name);
+  {
+    std::lock_guard<std::mutex> lock(param_mutex_);
+    auto it = param_sizes_.find(field);
+    if (it != param_sizes_.end()) {
+      if (it->second.first < 0) *error = it->second.second;
+      return it->second.first;
+    }
+  }
+  int size = ProbeParamSize(field, error);
+  std::lock_guard<std::mutex> lock(param_mutex_);
+  param_sizes_[field] = {size, size < 0 ? *error : std::string()};
+  return size;
+}
+
+int Engine::ProbeParamSize(const std::string& field, std::string* error) const {
   // A throwaway batch of one simulation answers with MuJoCo's own table of expandable fields.
-  std::string make_error;
-  mjBatch* probe = MakeBatch(model_, 1, 1, &make_error);
+  Status status;
+  mjBatch* probe = MakeBatch(model_, 1, 1, &status);
   if (!probe) {
-    *error = make_error;
+    *error = status.message();
     return -1;
   }
   int size = 0, elemsize = 0;
-  void* storage = mjb_expand(probe, field.c_str(), &size, &elemsize);
+  void* storage = nullptr;
+  auto expand = [&] { storage = mjb_expand(probe, field.c_str(), &size, &elemsize); };
+  std::string trapped = Trapped(expand);
   mjb_deleteBatch(probe);
   if (!storage) {
-    *error = "'" + field + "' is not a model field that can vary per simulation";
+    *error = "'" + field + "' is not a model field that can vary per simulation" +
+             (trapped.empty() ? "" : " (" + trapped + ")");
     return -1;
   }
   if (elemsize != sizeof(mjtNum)) {
-    *error = "'" + field + "' is not a floating-point field";
+    // Integer fields are types, ids, addresses and flags: a wrong value reads out of bounds.
+    *error = "'" + field + "' is not a floating-point field (integer model fields are "
+             "structural and cannot be params)";
     return -1;
   }
   return size;
 }
 
 bool Engine::FindDataField(std::string_view name, DataField* field, std::string* error) const {
+  if (name == "qHDiagInv") {
+    *error = "'qHDiagInv' is computed only inside mj_step by the implicit integrators";
+    return false;
+  }
   const mjModel* m = model_;
 #undef MJ_M
 #define MJ_M(n) m->n
@@ -190,41 +306,78 @@ bool Engine::FindDataField(std::string_view name, DataField* field, std::string*
   return false;
 }
 
-Engine::Slot* Engine::Acquire(int n, std::string* error) {
-  std::lock_guard<std::mutex> lock(mutex_);
+std::size_t Engine::ChunkSize() const {
+  return static_cast<std::size_t>(kRowsPerThread) * Threads(nthread_);
+}
+
+Engine::Slot* Engine::Acquire(std::size_t n, Status* status) {
+  if (n > static_cast<std::size_t>(INT_MAX)) {
+    *status = Status::InvalidArgument("too many rows for one batch");
+    return nullptr;
+  }
+  std::unique_lock<std::mutex> lock(mutex_);
   Slot* chosen = nullptr;
-  for (auto& slot : slots_) {
-    if (slot->busy) continue;
-    if (!chosen || (chosen->capacity < n && slot->capacity > chosen->capacity)) {
-      chosen = slot.get();
+  for (;;) {
+    for (auto& slot : slots_) {
+      if (slot->busy) continue;
+      if (!chosen || (chosen->capacity < static_cast<int>(n) &&
+                      slot->capacity > chosen->capacity)) {
+        chosen = slot.get();
+      }
+      if (chosen->capacity >= static_cast<int>(n)) break;
     }
-    if (chosen->capacity >= n) break;
-  }
-  if (!chosen) {
-    slots_.push_back(std::make_unique<Slot>());
-    chosen = slots_.back().get();
-  }
-  if (chosen->capacity < n) {
-    // Grown to fit the call; memory follows the rows of the largest call, not a fixed N.
-    mjb_deleteBatch(chosen->batch);
-    chosen->batch = MakeBatch(model_, n, nthread_, error);
-    chosen->capacity = chosen->batch ? n : 0;
-    chosen->expanded.clear();
-    chosen->ids.resize(n);
-    std::iota(chosen->ids.begin(), chosen->ids.end(), 0);
-    if (!chosen->batch) return nullptr;
+    if (chosen) break;
+    if (static_cast<int>(slots_.size()) < max_slots_) {
+      slots_.push_back(std::make_unique<Slot>());
+      chosen = slots_.back().get();
+      break;
+    }
+    slot_freed_.wait(lock);
   }
   chosen->busy = true;
+  lock.unlock();
+  if (chosen->capacity < static_cast<int>(n)) {
+    // Grown to fit the call; memory follows the rows of the largest chunk, not a fixed N.
+    if (chosen->batch) mjb_deleteBatch(chosen->batch);
+    chosen->expanded.clear();
+    int rows = static_cast<int>(n);
+    chosen->batch = MakeBatch(model_, rows, std::min(Threads(nthread_), rows), status);
+    chosen->capacity = chosen->batch ? rows : 0;
+    chosen->ids.resize(chosen->capacity);
+    std::iota(chosen->ids.begin(), chosen->ids.end(), 0);
+    if (!chosen->batch) {
+      Release(chosen);
+      return nullptr;
+    }
+  }
   return chosen;
 }
 
 void Engine::Release(Slot* slot) {
-  std::lock_guard<std::mutex> lock(mutex_);
-  slot->busy = false;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    slot->busy = false;
+  }
+  slot_freed_.notify_one();
 }
 
+// Holds a leased slot until the scope ends, whatever way it ends.
+class Engine::Lease {
+ public:
+  Lease(Engine* engine, Slot* slot) : engine_(engine), slot_(slot) {}
+  ~Lease() {
+    if (slot_) engine_->Release(slot_);
+  }
+  Lease(const Lease&) = delete;
+  Lease& operator=(const Lease&) = delete;
+
+ private:
+  Engine* engine_;
+  Slot* slot_;
+};
+
 template <typename T>
-std::string Engine::Load(Slot* slot, const Inputs<T>& in) {
+Status Engine::Load(Slot* slot, const Inputs<T>& in) {
   mjBatch* b = slot->batch;
   const std::size_t n = in.n;
   Convert(mjb_state(b), in.state, n * nstate_);
@@ -236,28 +389,36 @@ std::string Engine::Load(Slot* slot, const Inputs<T>& in) {
   }
   std::memset(mjb_warning(b), 0, n * mjNWARNING * sizeof(mjWarningStat));
 
+  const bool has_fields = in.fields && !in.fields->empty();
   // Fields of earlier calls that this one does not give go back to the model's values.
   for (auto& [name, initial] : slot->expanded) {
     bool given = false;
-    if (in.fields) {
+    if (has_fields) {
       for (const ParamField& field : *in.fields) given |= field.name == name;
     }
     if (given) continue;
-    char* storage = static_cast<char*>(mjb_expand(b, name.c_str(), nullptr, nullptr));
+    char* storage = nullptr;
+    Status status = Call([&] {
+      storage = static_cast<char*>(mjb_expand(b, name.c_str(), nullptr, nullptr));
+    });
+    if (!status.ok() || !storage) return Status::InvalidArgument("could not restore " + name);
     for (std::size_t i = 0; i < n; ++i) {
       std::memcpy(storage + i * initial.size(), initial.data(), initial.size());
     }
   }
-  if (!in.fields) return "";
+  if (!has_fields) return Status();
   const std::size_t width = ParamWidth(in.fields);
   std::size_t column = 0;
   for (const ParamField& field : *in.fields) {
     int size = 0, elemsize = 0;
-    auto* storage =
-        static_cast<mjtNum*>(mjb_expand(b, field.name.c_str(), &size, &elemsize));
-    if (!storage || elemsize != sizeof(mjtNum) || size != field.size) {
-      return "'" + field.name + "' is not a floating-point model field of " +
-             std::to_string(field.size) + " values per simulation";
+    mjtNum* storage = nullptr;
+    Status status = Call([&] {
+      storage = static_cast<mjtNum*>(mjb_expand(b, field.name.c_str(), &size, &elemsize));
+    });
+    if (!status.ok() || !storage || elemsize != sizeof(mjtNum) || size != field.size) {
+      return Status::InvalidArgument("'" + field.name + "' is not a floating-point model field "
+                                     "of " + std::to_string(field.size) +
+                                     " values per simulation");
     }
     bool known = false;
     for (auto& entry : slot->expanded) known |= entry.first == field.name;
@@ -272,132 +433,277 @@ std::string Engine::Load(Slot* slot, const Inputs<T>& in) {
     }
     column += field.size;
   }
-  return "";
+  return Status();
 }
 
-template <typename T>
-Inputs<T> Engine::Chunk(const Inputs<T>& in, int start, int count) const {
-  const std::size_t width = ParamWidth(in.fields);
-  Inputs<T> chunk = in;
-  chunk.n = count;
-  chunk.state = in.state + static_cast<std::size_t>(start) * nstate_;
-  if (in.ctrl) chunk.ctrl = in.ctrl + static_cast<std::size_t>(start) * model_->nu;
-  if (in.params) chunk.params = in.params + static_cast<std::size_t>(start) * width;
-  return chunk;
+Status Engine::Failure(Slot* slot, std::size_t start, int count, int nfail, int rows_per_sim) {
+  const int* status = mjb_status(slot->batch);
+  for (int i = 0; i < count; ++i) {
+    if (!status[i]) continue;
+    std::string message = "sim " + std::to_string(start + i / rows_per_sim) + ": " +
+                          mjb_error(slot->batch, i);
+    if (rows_per_sim > 1 && i % rows_per_sim) message += " (in a perturbed copy)";
+    if (nfail > 1) message += " (" + std::to_string(nfail) + " rows of the call failed)";
+    return Status::Simulation(message);
+  }
+  return Status::Simulation("a simulation failed");
 }
 
 template <typename T, typename Fn>
-std::string Engine::Run(const Inputs<T>& in, Fn run_chunk) {
-  if (in.n == 0) return "";
-  std::string error;
+Status Engine::Run(const Inputs<T>& in, Fn run_chunk) {
+  if (in.n == 0) return Status();
   // Rows go through the batch a chunk at a time, so that the batch's own memory follows the
   // threads, not the number of simulations of a call.
-  Slot* slot = Acquire(std::min(in.n, ChunkSize()), &error);
-  if (!slot) return error;
-  int total_failed = 0;
-  std::string first_failure;
-  for (int start = 0; start < in.n; start += slot->capacity) {
-    int count = std::min(slot->capacity, in.n - start);
-    error = Load(slot, Chunk(in, start, count));
-    if (!error.empty()) break;
-    const int* ids = count == slot->capacity ? nullptr : slot->ids.data();
-    int nfail = run_chunk(slot->batch, ids, start, count);
-    if (nfail && first_failure.empty()) {
-      const int* status = mjb_status(slot->batch);
-      for (int i = 0; i < count; ++i) {
-        if (status[i]) {
-          first_failure = "sim " + std::to_string(start + i) + ": " + mjb_error(slot->batch, i);
-          break;
-        }
-      }
-    }
-    total_failed += nfail;
+  Status status;
+  Slot* slot = Acquire(std::min(in.n, ChunkSize()), &status);
+  if (!slot) return status;
+  Lease lease(this, slot);
+  const std::size_t width = ParamWidth(in.fields);
+  for (std::size_t start = 0; start < in.n; start += slot->capacity) {
+    std::size_t count = std::min<std::size_t>(slot->capacity, in.n - start);
+    Inputs<T> chunk = in;
+    chunk.n = count;
+    chunk.state = in.state + start * nstate_;
+    if (in.ctrl) chunk.ctrl = in.ctrl + start * model_->nu;
+    if (in.params) chunk.params = in.params + start * width;
+    status = Load(slot, chunk);
+    if (!status.ok()) return status;
+    status = run_chunk(slot, start, static_cast<int>(count));
+    if (!status.ok()) return status;
   }
-  Release(slot);
-  if (!error.empty() || !total_failed) return error;
-  if (total_failed > 1) {
-    first_failure += " (" + std::to_string(total_failed) + " of " + std::to_string(in.n) +
-                     " simulations failed)";
-  }
-  return first_failure;
-}
-
-int Engine::ChunkSize() const {
-  int threads = nthread_ > 0 ? nthread_ : static_cast<int>(std::thread::hardware_concurrency());
-  return kRowsPerThread * std::max(threads, 1);
+  return Status();
 }
 
 template <typename T>
-std::string Engine::Step(const Inputs<T>& in, int nstep, T* state_out, int32_t* warnings) {
-  return Run(in, [&](mjBatch* b, const int* ids, int start, int count) {
-    int nfail = mjb_step(b, ids, count, nstep, mjSTAGE_NONE);
-    Convert(state_out + static_cast<std::size_t>(start) * nstate_, mjb_state(b),
-            static_cast<std::size_t>(count) * nstate_);
+Status Engine::Step(const Inputs<T>& in, int nstep, T* state_out, int32_t* warnings) {
+  if (nstep < 1) return Status::InvalidArgument("nstep must be >= 1");
+  Status first_failure;
+  Status status = Run(in, [&](Slot* slot, std::size_t start, int count) {
+    mjBatch* b = slot->batch;
+    const int* ids = count == slot->capacity ? nullptr : slot->ids.data();
+    int nfail = 0;
+    Status call = Call([&] { nfail = mjb_step(b, ids, count, nstep, mjSTAGE_NONE); });
+    if (!call.ok()) return call;
+    // Rows of failed simulations are their input rows again; the others' results stand.
+    Convert(state_out + start * nstate_, mjb_state(b), static_cast<std::size_t>(count) * nstate_);
     if (warnings) {
       const mjWarningStat* stat = mjb_warning(b);
-      int32_t* out = warnings + static_cast<std::size_t>(start) * mjNWARNING;
+      int32_t* out = warnings + start * mjNWARNING;
       for (std::size_t k = 0; k < static_cast<std::size_t>(count) * mjNWARNING; ++k) {
         out[k] = stat[k].number;
       }
     }
-    return nfail;
+    if (nfail && first_failure.ok()) first_failure = Failure(slot, start, count, nfail);
+    return Status();
   });
+  return status.ok() ? first_failure : status;
 }
 
 template <typename T>
-std::string Engine::Rollout(const Inputs<T>& in, int nknot, int nstep, const T* ctrls,
-                            T* states_out, T* sensordata_out, int32_t* warnings) {
-  return Run(in, [&](mjBatch* b, const int* ids, int start, int count) {
-    std::size_t knots = static_cast<std::size_t>(start) * nknot;
+Status Engine::Rollout(const Inputs<T>& in, int nknot, int nstep, const T* ctrls,
+                       T* states_out, T* sensordata_out, int32_t* warnings) {
+  if (nstep < 1 || nknot < 0) return Status::InvalidArgument("need nstep >= 1 and nknot >= 0");
+  Status first_failure;
+  Status status = Run(in, [&](Slot* slot, std::size_t start, int count) {
+    const std::size_t knots = start * nknot;
     RolloutArgs<T> args{ctrls + knots * model_->nu,
                         states_out + knots * nstate_,
                         sensordata_out + knots * model_->nsensordata,
-                        warnings ? warnings + static_cast<std::size_t>(start) * mjNWARNING
-                                 : nullptr,
+                        warnings ? warnings + start * mjNWARNING : nullptr,
                         nknot,
                         nstep};
-    return mjb_apply(b, ids, count, RolloutSim<T>, &args, /*save=*/0);
+    const int* ids = count == slot->capacity ? nullptr : slot->ids.data();
+    int nfail = 0;
+    Status call = Call([&] {
+      nfail = mjb_apply(slot->batch, ids, count, RolloutSim<T>, &args, /*save=*/0);
+    });
+    if (!call.ok()) return call;
+    if (nfail && first_failure.ok()) first_failure = Failure(slot, start, count, nfail);
+    return Status();
   });
+  return status.ok() ? first_failure : status;
 }
 
 template <typename T>
-std::string Engine::Forward(const Inputs<T>& in, const std::vector<DataField>& fields,
-                            const std::vector<T*>& outputs) {
-  return Run(in, [&](mjBatch* b, const int* ids, int start, int count) {
+Status Engine::Forward(const Inputs<T>& in, const std::vector<DataField>& fields,
+                       const std::vector<T*>& outputs) {
+  if (fields.size() != outputs.size()) {
+    return Status::InvalidArgument("forward needs one output per field");
+  }
+  bool subtree_vel = false, rne_post = false, inverse = false;
+  for (const DataField& field : fields) {
+    Extra extra = ExtraStage(field.name);
+    subtree_vel |= extra == Extra::kSubtreeVel;
+    rne_post |= extra == Extra::kRnePost;
+    inverse |= extra == Extra::kInverse;
+  }
+  Status first_failure;
+  Status status = Run(in, [&](Slot* slot, std::size_t start, int count) {
     std::vector<T*> chunk_outputs;
     for (std::size_t f = 0; f < fields.size(); ++f) {
-      chunk_outputs.push_back(outputs[f] + static_cast<std::size_t>(start) * fields[f].size);
+      chunk_outputs.push_back(outputs[f] + start * fields[f].size);
     }
-    ForwardArgs<T> args{&fields, &chunk_outputs};
-    return mjb_apply(b, ids, count, ForwardSim<T>, &args, /*save=*/0);
+    ForwardArgs<T> args{&fields, &chunk_outputs, subtree_vel, rne_post, inverse};
+    const int* ids = count == slot->capacity ? nullptr : slot->ids.data();
+    int nfail = 0;
+    Status call = Call([&] {
+      nfail = mjb_apply(slot->batch, ids, count, ForwardSim<T>, &args, /*save=*/0);
+    });
+    if (!call.ok()) return call;
+    if (nfail && first_failure.ok()) first_failure = Failure(slot, start, count, nfail);
+    return Status();
   });
+  return status.ok() ? first_failure : status;
 }
 
-std::string Engine::TransitionFD(const Inputs<double>& in, double eps, bool centered, double* A,
-                                 double* B, double* C, double* D) {
+template <typename T>
+Status Engine::TransitionFD(const Inputs<T>& in, double eps, bool centered, T* A, T* B, T* C,
+                            T* D) {
   if (model_->opt.integrator == mjINT_RK4) {
-    return "mjd_transitionFD does not support the RK4 integrator";
+    return Status::InvalidArgument("mjd_transitionFD does not support the RK4 integrator");
+  }
+  if (!(eps > 0) || !std::isfinite(eps)) {
+    return Status::InvalidArgument("eps must be a finite number > 0");
   }
   const std::size_t nx = 2 * model_->nv + model_->na, nu = model_->nu;
   const std::size_t ns = model_->nsensordata;
-  return Run(in, [&](mjBatch* b, const int* ids, int start, int count) {
-    std::size_t s = start;
-    TransitionArgs args{eps,
-                        centered ? 1 : 0,
-                        A + s * nx * nx,
-                        B + s * nx * nu,
-                        C ? C + s * ns * nx : nullptr,
-                        D ? D + s * ns * nu : nullptr};
-    return mjb_apply(b, ids, count, TransitionSim, &args, /*save=*/0);
+  Status first_failure;
+  std::vector<double> a, b, c, d;
+  Status status = Run(in, [&](Slot* slot, std::size_t start, int count) {
+    const std::size_t n = count;
+    // MuJoCo writes float64; results are rounded to T only at the end.
+    a.resize(n * nx * nx);
+    b.resize(n * nx * nu);
+    if (C) {
+      c.resize(n * ns * nx);
+      d.resize(n * ns * nu);
+    }
+    TransitionArgs args{eps, centered ? 1 : 0, a.data(), b.data(), C ? c.data() : nullptr,
+                        C ? d.data() : nullptr};
+    const int* ids = count == slot->capacity ? nullptr : slot->ids.data();
+    int nfail = 0;
+    Status call = Call([&] {
+      nfail = mjb_apply(slot->batch, ids, count, TransitionSim, &args, /*save=*/0);
+    });
+    if (!call.ok()) return call;
+    Convert(A + start * nx * nx, a.data(), a.size());
+    Convert(B + start * nx * nu, b.data(), b.size());
+    if (C) {
+      Convert(C + start * ns * nx, c.data(), c.size());
+      Convert(D + start * ns * nu, d.data(), d.size());
+    }
+    if (nfail && first_failure.ok()) first_failure = Failure(slot, start, count, nfail);
+    return Status();
   });
+  return status.ok() ? first_failure : status;
+}
+
+template <typename T>
+Status Engine::FiniteDifference(const Inputs<T>& in, int nstep, const Perturbation& p, T* next,
+                                T* sensordata, T* jx, T* jy) {
+  if (nstep < 1) return Status::InvalidArgument("nstep must be >= 1");
+  if (!(p.eps > 0) || !std::isfinite(p.eps)) {
+    return Status::InvalidArgument("eps must be a finite number > 0");
+  }
+  const std::size_t nstate = nstate_, ns = model_->nsensordata, nu = model_->nu;
+  const std::size_t width = ParamWidth(in.fields);
+  for (int column : p.columns) {
+    if (column < 0 || static_cast<std::size_t>(column) >= nstate + width) {
+      return Status::InvalidArgument("a perturbed column is outside [0, nstate + params)");
+    }
+  }
+  if (in.n == 0) return Status();
+  const std::size_t k = p.columns.size();
+  const std::size_t per_sim = 1 + k * (p.centered ? 2 : 1);
+  if (per_sim > ChunkSize() * 16) {
+    return Status::InvalidArgument("too many perturbed columns for one simulation");
+  }
+  // Whole simulations per chunk, each with all its perturbed copies.
+  const std::size_t sims = std::max<std::size_t>(1, ChunkSize() / per_sim);
+  // Offset of ctrl in a row: the sizes of the components before it, in mj_getState order.
+  std::size_t ctrl_offset = 0;
+  for (int bit = 1; bit < mjSTATE_CTRL; bit <<= 1) {
+    if (bit & mjSTATE_INTEGRATION) ctrl_offset += mj_stateSize(model_, bit);
+  }
+  std::vector<double> rows, params, states, sensors;
+  Status status;
+  Slot* slot = Acquire(std::min(in.n, sims) * per_sim, &status);
+  if (!slot) return status;
+  Lease lease(this, slot);
+  const std::size_t chunk_sims = slot->capacity / per_sim;
+  for (std::size_t start = 0; start < in.n; start += chunk_sims) {
+    const std::size_t count = std::min(chunk_sims, in.n - start);
+    const std::size_t nrow = count * per_sim;
+    rows.resize(nrow * nstate);
+    params.resize(nrow * width);
+    states.resize(nrow * nstate);
+    sensors.resize(nrow * ns);
+    for (std::size_t i = 0; i < count; ++i) {
+      // The nominal inputs of simulation start + i, in float64, then its perturbed copies.
+      double* base = rows.data() + i * per_sim * nstate;
+      double* base_params = params.data() + i * per_sim * width;
+      Convert(base, in.state + (start + i) * nstate, nstate);
+      if (in.ctrl) Convert(base + ctrl_offset, in.ctrl + (start + i) * nu, nu);
+      if (width) Convert(base_params, in.params + (start + i) * width, width);
+      for (std::size_t r = 1; r < per_sim; ++r) {
+        std::memcpy(base + r * nstate, base, nstate * sizeof(double));
+        if (width) std::memcpy(base_params + r * width, base_params, width * sizeof(double));
+        std::size_t c = (r - 1) % k;
+        double eps = r <= k ? p.eps : -p.eps;
+        std::size_t column = p.columns[c];
+        if (column < nstate) {
+          base[r * nstate + column] += eps;
+        } else {
+          base_params[r * width + column - nstate] += eps;
+        }
+      }
+    }
+    Inputs<double> chunk;
+    chunk.n = nrow;
+    chunk.state = rows.data();
+    chunk.params = params.data();
+    chunk.fields = in.fields;
+    status = Load(slot, chunk);
+    if (!status.ok()) return status;
+    StepRowsArgs args{states.data(), sensors.data(), nstep};
+    const int* ids = static_cast<int>(nrow) == slot->capacity ? nullptr : slot->ids.data();
+    int nfail = 0;
+    status = Call([&] {
+      nfail = mjb_apply(slot->batch, ids, static_cast<int>(nrow), StepRowSim, &args, 0);
+    });
+    if (!status.ok()) return status;
+    if (nfail) return Failure(slot, start, static_cast<int>(nrow), nfail, per_sim);
+    // Differences in float64, rounded to T once.
+    const double scale = p.centered ? 0.5 / p.eps : 1.0 / p.eps;
+    for (std::size_t i = 0; i < count; ++i) {
+      const std::size_t sim = start + i;
+      const double* x0 = states.data() + i * per_sim * nstate;
+      const double* y0 = sensors.data() + i * per_sim * ns;
+      Convert(next + sim * nstate, x0, nstate);
+      Convert(sensordata + sim * ns, y0, ns);
+      for (std::size_t c = 0; c < k; ++c) {
+        const double* xp = x0 + (1 + c) * nstate;
+        const double* yp = y0 + (1 + c) * ns;
+        const double* xm = p.centered ? x0 + (1 + k + c) * nstate : x0;
+        const double* ym = p.centered ? y0 + (1 + k + c) * ns : y0;
+        T* ox = jx + (sim * k + c) * nstate;
+        T* oy = jy + (sim * k + c) * ns;
+        for (std::size_t j = 0; j < nstate; ++j) ox[j] = static_cast<T>((xp[j] - xm[j]) * scale);
+        for (std::size_t j = 0; j < ns; ++j) oy[j] = static_cast<T>((yp[j] - ym[j]) * scale);
+      }
+    }
+  }
+  return Status();
 }
 
 #define MJBATCH_JAX_INSTANTIATE(T)                                                            \
-  template std::string Engine::Step<T>(const Inputs<T>&, int, T*, int32_t*);                  \
-  template std::string Engine::Rollout<T>(const Inputs<T>&, int, int, const T*, T*, T*,       \
-                                          int32_t*);                                          \
-  template std::string Engine::Forward<T>(const Inputs<T>&, const std::vector<DataField>&,    \
-                                          const std::vector<T*>&);
+  template Status Engine::Step<T>(const Inputs<T>&, int, T*, int32_t*);                       \
+  template Status Engine::Rollout<T>(const Inputs<T>&, int, int, const T*, T*, T*, int32_t*); \
+  template Status Engine::Forward<T>(const Inputs<T>&, const std::vector<DataField>&,         \
+                                     const std::vector<T*>&);                                 \
+  template Status Engine::TransitionFD<T>(const Inputs<T>&, double, bool, T*, T*, T*, T*);    \
+  template Status Engine::FiniteDifference<T>(const Inputs<T>&, int, const Perturbation&, T*, \
+                                              T*, T*, T*);
 MJBATCH_JAX_INSTANTIATE(float)
 MJBATCH_JAX_INSTANTIATE(double)
 #undef MJBATCH_JAX_INSTANTIATE

@@ -1,19 +1,24 @@
 // The engine behind the JAX functions: MuJoCo batches (mjbatch.h) of one model, driven as pure
 // functions of state rows. A call copies its rows, controls and per-simulation model values in,
-// runs the physics on the batch's thread pool, and copies the results out; nothing of one call is
+// runs the physics on a batch's thread pool, and copies the results out; nothing of one call is
 // seen by the next. No Python or JAX types appear here.
 #ifndef MJBATCH_JAX_ENGINE_H_
 #define MJBATCH_JAX_ENGINE_H_
 
+#include <condition_variable>
+#include <cstddef>
 #include <cstdint>
 #include <memory>
 #include <mutex>
 #include <string>
 #include <string_view>
+#include <unordered_map>
 #include <vector>
 
 #include <mujoco/mjbatch.h>
 #include <mujoco/mujoco.h>
+
+#include "status.h"
 
 namespace mjbatch_jax {
 
@@ -34,20 +39,36 @@ struct DataField {
 // Per-simulation inputs of a call, each a row-major array of n rows; T is float or double.
 template <typename T>
 struct Inputs {
-  int n = 0;                       // number of simulations
+  std::size_t n = 0;               // number of simulations
   const T* state = nullptr;        // n x nstate, mjSTATE_INTEGRATION rows
   const T* ctrl = nullptr;         // n x nu, written into the rows' ctrl; nullptr: keep the rows'
   const T* params = nullptr;       // n x (sum of the fields' sizes), the fields side by side
-  const std::vector<ParamField>* fields = nullptr;  // nullptr: the model's values everywhere
+  const std::vector<ParamField>* fields = nullptr;  // nullptr or empty: the model's values
+};
+
+// What FiniteDifference perturbs and how.
+struct Perturbation {
+  // Entries of a simulation's input vector (its row with the call's ctrl written in, then its
+  // params side by side): 0 .. nstate-1 are row entries, nstate .. nstate+P-1 params.
+  std::vector<int> columns;
+  double eps = 1e-6;
+  bool centered = false;
 };
 
 // Simulations of one model on MuJoCo batches. Thread-safe: concurrent calls each lease a batch of
-// their own from a small pool, so no two calls ever share an mjBatch.
+// their own from a small pool, so no two calls ever share an mjBatch; the pool has at most
+// max_slots() batches, so concurrent calls use at most max_slots() * nthread() threads, and a call
+// that finds every batch busy waits for one.
 class Engine {
  public:
-  // Copy m for simulations on nthread threads (<= 0: one per logical CPU). Return nullptr and
-  // write the reason into error if MuJoCo cannot batch the model (sleep, for one).
-  static std::unique_ptr<Engine> Create(const mjModel* m, int nthread, std::string* error);
+  // The most threads a batch may have: a request above this is a mistake, not a wish.
+  static constexpr int kMaxThreads = 1024;
+  // Rows per thread that a batch holds: a call on more simulations goes through in chunks.
+  static constexpr int kRowsPerThread = 256;
+
+  // Copy m for simulations on nthread threads (<= 0: one per logical CPU), or return nullptr
+  // with the reason in status (sleep, for one, cannot be batched purely).
+  static std::unique_ptr<Engine> Create(const mjModel* m, int nthread, Status* status);
   ~Engine();
   Engine(const Engine&) = delete;
   Engine& operator=(const Engine&) = delete;
@@ -55,72 +76,85 @@ class Engine {
   const mjModel* model() const { return model_; }
   int nstate() const { return nstate_; }
   int nthread() const { return nthread_; }
+  int max_slots() const { return max_slots_; }
 
   // Number of mjtNum elements per simulation of an expandable model field, or -1 with the reason
-  // in error (unknown, an asset, or not mjtNum).
+  // in error (unknown, an asset, a structural field, or not mjtNum).
   int ParamSize(std::string_view name, std::string* error) const;
 
-  // The mjtNum mjData field name, or false with the reason in error.
+  // The mjtNum mjData field that Forward can return, or false with the reason in error.
   bool FindDataField(std::string_view name, DataField* field, std::string* error) const;
 
   // Advance each simulation by nstep calls to mj_step and write its rows into state_out
   // (n x nstate) and the number of warnings of each kind it raised into warnings
-  // (n x mjNWARNING, may be nullptr). Return "" or a message naming the first failing simulation,
-  // whose row is then its input row.
+  // (n x mjNWARNING, may be nullptr). A simulation that fails gets its input row back.
   template <typename T>
-  std::string Step(const Inputs<T>& in, int nstep, T* state_out, int32_t* warnings);
+  Status Step(const Inputs<T>& in, int nstep, T* state_out, int32_t* warnings);
 
   // Advance each simulation through nknot knots of nstep substeps, knot k with controls
   // ctrls[sim, k] (n x nknot x nu), recording the rows (n x nknot x nstate) and sensordata
   // (n x nknot x nsensordata) after each knot. in.ctrl is unused.
   template <typename T>
-  std::string Rollout(const Inputs<T>& in, int nknot, int nstep, const T* ctrls, T* states_out,
-                      T* sensordata_out, int32_t* warnings);
+  Status Rollout(const Inputs<T>& in, int nknot, int nstep, const T* ctrls, T* states_out,
+                 T* sensordata_out, int32_t* warnings);
 
-  // Run mj_forward on each simulation and copy the fields out, outputs[f] being n x fields[f].size.
+  // Run mj_forward on each simulation (and the extra stages that some fields need) and copy the
+  // fields out, outputs[f] being n x fields[f].size.
   template <typename T>
-  std::string Forward(const Inputs<T>& in, const std::vector<DataField>& fields,
-                      const std::vector<T*>& outputs);
+  Status Forward(const Inputs<T>& in, const std::vector<DataField>& fields,
+                 const std::vector<T*>& outputs);
 
-  // MuJoCo's own mjd_transitionFD on each simulation, on the pool: A (n x nx x nx),
-  // B (n x nx x nu), and if C is not nullptr C (n x ns x nx) and D (n x ns x nu).
-  std::string TransitionFD(const Inputs<double>& in, double eps, bool centered, double* A,
-                           double* B, double* C, double* D);
+  // MuJoCo's own mjd_transitionFD on each simulation, on the pool, in float64 whatever T is:
+  // A (n x nx x nx), B (n x nx x nu), and if C is not nullptr C (n x ns x nx) and D (n x ns x nu).
+  template <typename T>
+  Status TransitionFD(const Inputs<T>& in, double eps, bool centered, T* A, T* B, T* C, T* D);
 
-  // Rows per thread that a batch holds: a call on more simulations goes through in chunks.
-  static constexpr int kRowsPerThread = 256;
+  // Forward (or centred) differences of nstep substeps w.r.t. the entries p.columns of each
+  // simulation's inputs, with the rows, the perturbations and the differences in float64 however
+  // T rounds the inputs and results. Writes the nominal rows (n x nstate) and sensordata
+  // (n x ns) after the last substep, and their derivatives jx (n x k x nstate), jy (n x k x ns),
+  // k = p.columns.size(). Every perturbed copy is another row on the pool.
+  template <typename T>
+  Status FiniteDifference(const Inputs<T>& in, int nstep, const Perturbation& p, T* next,
+                          T* sensordata, T* jx, T* jy);
 
  private:
   struct Slot;
+  class Lease;
   Engine(mjModel* model, int nthread);
 
+  int ProbeParamSize(const std::string& field, std::string* error) const;
+
   // Rows of a batch: kRowsPerThread per thread.
-  int ChunkSize() const;
+  std::size_t ChunkSize() const;
 
-  // The inputs of simulations [start, start + count).
-  template <typename T>
-  Inputs<T> Chunk(const Inputs<T>& in, int start, int count) const;
-
-  // Lease a batch, and for each chunk of in's simulations load it and call
-  // run_chunk(batch, ids or nullptr, start, count), which returns its number of failed
-  // simulations. Return "" or the first failure, named by its index in in.
+  // Lease a batch of min(rows, ChunkSize()) rows, and for each chunk of in's simulations load it
+  // and call run_chunk(lease, start, count), which returns a Status. Stop at the first error.
   template <typename T, typename Fn>
-  std::string Run(const Inputs<T>& in, Fn run_chunk);
+  Status Run(const Inputs<T>& in, Fn run_chunk);
 
-  // A batch of at least n simulations that no other call holds until Release.
-  Slot* Acquire(int n, std::string* error);
+  // A batch of at least n rows that no other call holds until released, waiting for one when
+  // max_slots() are busy.
+  Slot* Acquire(std::size_t n, Status* status);
   void Release(Slot* slot);
 
-  // Copy the inputs of a call into slot's batch and zero its warning counters; return "" or what
-  // is wrong with the parameter fields.
+  // Copy the inputs of a call into slot's batch and zero its warning counters.
   template <typename T>
-  std::string Load(Slot* slot, const Inputs<T>& in);
+  Status Load(Slot* slot, const Inputs<T>& in);
+
+  // The first failed simulation of slot's last call on count rows, named as "sim <start + i>".
+  Status Failure(Slot* slot, std::size_t start, int count, int nfail, int rows_per_sim = 1);
 
   mjModel* model_;
   int nthread_;
   int nstate_;
+  int max_slots_;
   std::mutex mutex_;
+  std::condition_variable slot_freed_;
   std::vector<std::unique_ptr<Slot>> slots_;
+  // ParamSize's answers by field name (size, or -1 and the reason): every call checks its fields.
+  mutable std::mutex param_mutex_;
+  mutable std::unordered_map<std::string, std::pair<int, std::string>> param_sizes_;
 };
 
 }  // namespace mjbatch_jax

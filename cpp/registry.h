@@ -1,24 +1,38 @@
 // Engines reached by id. A jitted function holds an engine's id, never its address, so a call
-// that outlives the engine's Python owner finds nothing and says so instead of touching freed
+// that outlives every owner of the engine finds nothing and says so instead of touching freed
 // memory; a call in flight holds a shared owner and keeps the engine alive until it returns.
+//
+// Simulators of identical models (the same bytes as mj_saveModel writes them) on the same number
+// of threads share one engine and so one id. The id is what a compiled function bakes in, so a
+// loop that makes a new Simulator of the same model each time compiles once, not once per
+// Simulator; the engine holds no state between calls, so sharing it changes no result.
 #ifndef MJBATCH_JAX_REGISTRY_H_
 #define MJBATCH_JAX_REGISTRY_H_
 
 #include <cstdint>
 #include <memory>
 
+#include <mujoco/mujoco.h>
+
 #include "engine.h"
+#include "status.h"
 
 namespace mjbatch_jax {
 
-// Store engine and return its id, one larger than any before.
-int64_t RegisterEngine(std::shared_ptr<Engine> engine);
+// Take one ownership of an engine for a copy of m on nthread threads: an open engine of an
+// identical model and thread count if there is one, else a new one. Return its id, or -1 with
+// the reason in status.
+int64_t OpenEngine(const mjModel* m, int nthread, Status* status);
 
-// The engine with this id, or nullptr if it was never registered or was removed.
+// The engine with this id, or nullptr if it was never opened or every owner closed it.
 std::shared_ptr<Engine> FindEngine(int64_t id);
 
-// Remove the engine with this id; return whether it was registered.
-bool RemoveEngine(int64_t id);
+// Give up one ownership of the engine with this id; the last one removes it (calls in flight
+// finish first). Return whether the id was open.
+bool CloseEngine(int64_t id);
+
+// How many engines are open: what tests count to see that closing frees them.
+int64_t OpenEngineCount();
 
 }  // namespace mjbatch_jax
 

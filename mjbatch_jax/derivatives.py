@@ -1,271 +1,32 @@
-"""Derivatives of the physics by finite differences, every perturbation another row of one batch.
+"""Jacobians as arrays: transition matrices and parameter sensitivities of every simulation.
 
 MuJoCo differentiates a step by stepping perturbed copies of a simulation (mjd_transitionFD), one
-simulation at a time. Here the perturbed copies of every simulation are rows built in JAX and
-stepped together: one custom call computes all columns of all simulations on the thread pool.
+simulation at a time. Here the perturbed copies of every simulation run together on the batch's
+thread pool in one custom call: MuJoCo's own mjd_transitionFD per simulation ("native"), or every
+copy a row ("rows", any nstep and integrator).
 
 Cost model: a Jacobian with k columns costs one call on N * (1 + k) rows (N * (1 + 2k) centred),
-that is (1 + k) batched steps. The columns of `step`'s derivative rules are the raw state entries
-qpos, qvel and act, the controls and the params, only those whose tangents are not zero.
+that is (1 + k) batched steps.
 
-eps: forward differences with eps = 1e-6 in float64 have a truncation error of about eps times
-the curvature and a rounding error of about 1e-16 / eps, both near 1e-6 relative for smooth
-dynamics; with float32 arrays the rows are rounded to float32, so eps is 1e-3 there. Contacts
-make the dynamics non-smooth; there a derivative is that of the finite difference, as in MuJoCo.
+Precision: the native method and param_fd (like the derivative rules of step and rollout, see
+mjbatch_jax._rules) perturb and difference float64 rows inside the engine whatever the arrays'
+dtype, so float32 callers get float64-quality derivatives rounded to float32, with eps = 1e-6.
+The rows method of transition_fd builds its copies in JAX, in the arrays' dtype: with float32
+arrays its default eps is 1e-3. docs/derivatives.md has the measured errors.
 """
 
-import functools
-import math
 from typing import Any
 
 import jax
 import jax.numpy as jnp
 import mujoco
 import numpy as np
-from jax.custom_derivatives import SymbolicZero
+from jax.core import Tracer
 
-from mjbatch_jax import _calls
-from mjbatch_jax.params import Params, SimSpec
-from mjbatch_jax.simulator import simulator_of
+from mjbatch_jax import _checks, _ffi, _rules
+from mjbatch_jax.errors import simulation_errors
+from mjbatch_jax.params import Params
 from mjbatch_jax.tangent import Joints, differentiate_pos, dof_perturbations
-
-
-def default_eps(dtype: Any) -> float:
-  return 1e-6 if jnp.dtype(dtype) == jnp.float64 else 1e-3
-
-
-def _state_columns(spec: SimSpec) -> np.ndarray:
-  """Indices in a row of the entries that derivatives perturb: qpos, qvel, act."""
-  layout = simulator_of(spec.engine).layout
-  return np.r_[
-    np.arange(layout.qpos.start, layout.qpos.stop),
-    np.arange(layout.qvel.start, layout.qvel.stop),
-    np.arange(layout.act.start, layout.act.stop),
-  ]
-
-
-def _nudged(rows: jax.Array, columns: np.ndarray, eps: float) -> jax.Array:
-  """(M, k, width): k copies of each (M, width) row, copy j with entry columns[j] moved by eps."""
-  bump = np.zeros((len(columns), rows.shape[-1]))
-  bump[np.arange(len(columns)), columns] = eps
-  return rows[:, None] + jnp.asarray(bump, rows.dtype)
-
-
-def _is_zero(tangent: Any) -> bool:
-  return isinstance(tangent, SymbolicZero)
-
-
-def _fd_rows(
-  state: jax.Array, ctrl: jax.Array, flat: jax.Array, spec: SimSpec, nstep: int, eps: float,
-  wrt: tuple[bool, bool, bool],
-) -> tuple[jax.Array, jax.Array, jax.Array, jax.Array]:
-  """Nominal results and forward-difference Jacobians of one step, (M, ...) inputs.
-
-  Returns next (M, nstate), sensordata (M, ns), and the Jacobians of both w.r.t. the columns
-  selected by wrt = (state entries, ctrl, params): (M, k, nstate) and (M, k, ns).
-  """
-  m = state.shape[0]
-  dtype = state.dtype
-  columns = _state_columns(spec)
-  blocks_state, blocks_ctrl, blocks_flat = [state[:, None]], [ctrl[:, None]], [flat[:, None]]
-
-  def repeat(x: jax.Array, k: int) -> jax.Array:
-    return jnp.broadcast_to(x[:, None], (m, k, x.shape[-1]))
-
-  if wrt[0]:
-    k = len(columns)
-    blocks_state.append(_nudged(state, columns, eps))
-    blocks_ctrl.append(repeat(ctrl, k))
-    blocks_flat.append(repeat(flat, k))
-  if wrt[1]:
-    k = spec.nu
-    blocks_state.append(repeat(state, k))
-    blocks_ctrl.append(ctrl[:, None] + eps * jnp.eye(k, dtype=dtype))
-    blocks_flat.append(repeat(flat, k))
-  if wrt[2]:
-    k = flat.shape[-1]
-    blocks_state.append(repeat(state, k))
-    blocks_ctrl.append(repeat(ctrl, k))
-    blocks_flat.append(flat[:, None] + eps * jnp.eye(k, dtype=dtype))
-  rows = jnp.concatenate(blocks_state, axis=1)
-  ncol = rows.shape[1] - 1
-  states, sensordata, _ = _calls.rollout(
-    rows.reshape(m * (ncol + 1), -1),
-    jnp.concatenate(blocks_ctrl, axis=1).reshape(m * (ncol + 1), 1, -1),
-    jnp.concatenate(blocks_flat, axis=1).reshape(m * (ncol + 1), -1),
-    spec,
-    nstep,
-  )
-  states = states.reshape(m, ncol + 1, -1)
-  sensordata = sensordata.reshape(m, ncol + 1, -1)
-  inv = 1 / eps
-  return (
-    states[:, 0],
-    sensordata[:, 0],
-    (states[:, 1:] - states[:, :1]) * inv,
-    (sensordata[:, 1:] - sensordata[:, :1]) * inv,
-  )
-
-
-def _tangent_in(
-  spec: SimSpec, wrt: tuple[bool, bool, bool], t_state: Any, t_ctrl: Any, t_flat: Any
-) -> jax.Array:
-  parts = []
-  if wrt[0]:
-    parts.append(t_state[:, _state_columns(spec)])
-  if wrt[1]:
-    parts.append(t_ctrl)
-  if wrt[2]:
-    parts.append(t_flat)
-  return jnp.concatenate(parts, axis=-1)
-
-
-def _flatten(x: jax.Array, width: int) -> jax.Array:
-  """(..., width) as (M, width); explicit M, since width may be 0."""
-  return x.reshape(math.prod(x.shape[:-1]), width)
-
-
-# ---------------------------------------------------------------------------------------------
-# step
-
-
-@functools.partial(jax.custom_jvp, nondiff_argnums=(3, 4))
-def step(state: jax.Array, ctrl: jax.Array, flat: jax.Array, spec: SimSpec, nstep: int) -> Any:
-  """The differentiable step on checked inputs (see mjbatch_jax.step)."""
-  return _calls.step(state, ctrl, flat, spec, nstep)[0]
-
-
-def _step_jvp(spec: SimSpec, nstep: int, primals: tuple, tangents: tuple) -> tuple:
-  state, ctrl, flat = primals
-  t_state, t_ctrl, t_flat = tangents
-  wrt = (not _is_zero(t_state), not _is_zero(t_ctrl), not _is_zero(t_flat) and flat.shape[-1] > 0)
-  if not any(wrt):
-    out = step(state, ctrl, flat, spec, nstep)
-    return out, jnp.zeros_like(out)
-  lead = state.shape[:-1]
-  eps = default_eps(state.dtype)
-  s, c, f = _flatten(state, spec.nstate), _flatten(ctrl, spec.nu), _flatten(flat, flat.shape[-1])
-  nominal, _, jacobian, _ = _fd_rows(s, c, f, spec, nstep, eps, wrt)
-  t_in = _tangent_in(spec, wrt, _flatten(t_state, spec.nstate) if wrt[0] else None,
-                     _flatten(t_ctrl, spec.nu) if wrt[1] else None,
-                     _flatten(t_flat, f.shape[-1]) if wrt[2] else None)
-  t_out = jnp.einsum("mk,mks->ms", t_in, jacobian)
-  return nominal.reshape(*lead, -1), t_out.reshape(*lead, -1)
-
-
-step.defjvp(_step_jvp, symbolic_zeros=True)
-
-
-# ---------------------------------------------------------------------------------------------
-# rollout
-
-
-@functools.partial(jax.custom_jvp, nondiff_argnums=(3, 4))
-def rollout(state: jax.Array, ctrls: jax.Array, flat: jax.Array, spec: SimSpec, nstep: int) -> Any:
-  """The differentiable rollout on checked inputs (see mjbatch_jax.rollout)."""
-  states, sensordata, _ = _calls.rollout(state, ctrls, flat, spec, nstep)
-  return states, sensordata
-
-
-def _rollout_jvp(spec: SimSpec, nstep: int, primals: tuple, tangents: tuple) -> tuple:
-  state, ctrls, flat = primals
-  t_state, t_ctrls, t_flat = tangents
-  with_ctrl = not _is_zero(t_ctrls)
-  with_flat = not _is_zero(t_flat) and flat.shape[-1] > 0
-  if _is_zero(t_state) and not with_ctrl and not with_flat:
-    out = rollout(state, ctrls, flat, spec, nstep)
-    return out, jax.tree_util.tree_map(jnp.zeros_like, out)
-  # After the first knot the state depends on whatever was perturbed: its columns always count.
-  wrt = (True, with_ctrl, with_flat)
-  lead, nknot = state.shape[:-1], ctrls.shape[-2]
-  eps = default_eps(state.dtype)
-  s = _flatten(state, spec.nstate)
-  m, width = s.shape[0], flat.shape[-1]
-  u = ctrls.reshape(m, nknot, spec.nu).swapaxes(0, 1)
-  f = _flatten(flat, width)
-  ts = jnp.zeros_like(s) if _is_zero(t_state) else _flatten(t_state, spec.nstate)
-  tu = t_ctrls.reshape(m, nknot, spec.nu).swapaxes(0, 1) if with_ctrl else None
-  tf = _flatten(t_flat, width) if with_flat else None
-
-  def knot(carry: tuple, inputs: tuple) -> tuple:
-    x, tx = carry
-    u_t, tu_t = inputs
-    nominal, sensors, jx, jy = _fd_rows(x, u_t, f, spec, nstep, eps, wrt)
-    t_in = _tangent_in(spec, wrt, tx, tu_t, tf)
-    tx_next = jnp.einsum("mk,mks->ms", t_in, jx)
-    ty = jnp.einsum("mk,mks->ms", t_in, jy)
-    return (nominal, tx_next), (nominal, sensors, tx_next, ty)
-
-  xs = (u, tu if with_ctrl else jnp.zeros_like(u))
-  _, (states, sensordata, t_states, t_sensordata) = jax.lax.scan(knot, (s, ts), xs)
-
-  def unflatten(x: jax.Array) -> jax.Array:
-    return x.swapaxes(0, 1).reshape(*lead, nknot, -1)
-
-  return (unflatten(states), unflatten(sensordata)), (unflatten(t_states), unflatten(t_sensordata))
-
-
-rollout.defjvp(_rollout_jvp, symbolic_zeros=True)
-
-
-# ---------------------------------------------------------------------------------------------
-# forward
-
-
-@functools.partial(jax.custom_jvp, nondiff_argnums=(2, 3, 4))
-def forward(
-  state: jax.Array, flat: jax.Array, spec: SimSpec, names: tuple[str, ...], sizes: tuple[int, ...]
-) -> Any:
-  """The differentiable forward on checked inputs (see mjbatch_jax.forward)."""
-  return _calls.forward(state, flat, spec, names, sizes)
-
-
-def _forward_jvp(
-  spec: SimSpec, names: tuple[str, ...], sizes: tuple[int, ...], primals: tuple, tangents: tuple
-) -> tuple:
-  state, flat = primals
-  t_state, t_flat = tangents
-  with_state, with_flat = not _is_zero(t_state), not _is_zero(t_flat) and flat.shape[-1] > 0
-  if not with_state and not with_flat:
-    out = forward(state, flat, spec, names, sizes)
-    return out, tuple(jnp.zeros_like(o) for o in out)
-  lead, width = state.shape[:-1], flat.shape[-1]
-  eps = default_eps(state.dtype)
-  s, f = _flatten(state, spec.nstate), _flatten(flat, width)
-  m = s.shape[0]
-  # The controls are part of the row here: the state columns are qpos, qvel, act and ctrl.
-  layout = simulator_of(spec.engine).layout
-  columns = np.r_[_state_columns(spec), np.arange(layout.ctrl.start, layout.ctrl.stop)]
-  blocks_state, blocks_flat, parts = [s[:, None]], [f[:, None]], []
-  if with_state:
-    blocks_state.append(_nudged(s, columns, eps))
-    blocks_flat.append(jnp.broadcast_to(f[:, None], (m, len(columns), width)))
-    parts.append(_flatten(t_state, spec.nstate)[:, columns])
-  if with_flat:
-    blocks_state.append(jnp.broadcast_to(s[:, None], (m, width, spec.nstate)))
-    blocks_flat.append(f[:, None] + eps * jnp.eye(width, dtype=f.dtype))
-    parts.append(_flatten(t_flat, width))
-  rows = jnp.concatenate(blocks_state, axis=1)
-  k = rows.shape[1]
-  out = _calls.forward(
-    rows.reshape(m * k, -1), jnp.concatenate(blocks_flat, axis=1).reshape(m * k, -1),
-    spec, names, sizes,
-  )
-  t_in = jnp.concatenate(parts, axis=-1)
-  primal, tangent = [], []
-  for values in out:
-    values = values.reshape(m, k, -1)
-    primal.append(values[:, 0].reshape(*lead, -1))
-    jacobian = (values[:, 1:] - values[:, :1]) * (1 / eps)
-    tangent.append(jnp.einsum("mk,mks->ms", t_in, jacobian).reshape(*lead, -1))
-  return tuple(primal), tuple(tangent)
-
-
-forward.defjvp(_forward_jvp, symbolic_zeros=True)
-
-
-# ---------------------------------------------------------------------------------------------
-# Jacobians as arrays
 
 
 def _controls_rows(
@@ -287,7 +48,7 @@ def transition_fd(
   state: Any,
   ctrl: Any,
   params: Params,
-  eps: float = 1e-6,
+  eps: float | None = None,
   centered: bool = False,
   nstep: int = 1,
   sensors: bool = False,
@@ -304,16 +65,16 @@ def transition_fd(
     state: (..., nstate) rows.
     ctrl: (..., nu) controls.
     params: from Simulator.params.
-    eps: the perturbation.
+    eps: the perturbation; None: 1e-6, or 1e-3 for the rows method on float32 arrays.
     centered: centred instead of forward differences.
     nstep: substeps of the transition (the rows method only).
     sensors: also return C and D.
-    method: "rows": the perturbed copies of all simulations are rows of one custom call.
-      "native": MuJoCo's mjd_transitionFD run per simulation on the batch's thread pool, also
-      one custom call; it skips the pipeline stages a column does not change, so it is faster
-      (0.84x the time of "rows" for 256 Go1 states on 2 threads, benchmarks/derivatives.py),
-      but needs float64 arrays, nstep = 1 and an integrator other than RK4. "auto" (default):
-      "native" where it can run, else "rows".
+    method: "rows": the perturbed copies of all simulations are rows of one custom call, built
+      in the arrays' dtype. "native": MuJoCo's mjd_transitionFD run per simulation on the
+      batch's thread pool, also one custom call, in float64 whatever the arrays' dtype; it skips
+      the pipeline stages a column does not change, so it is faster (0.84x the time of "rows"
+      for 256 Go1 states on 2 threads, benchmarks/derivatives.py), but needs nstep = 1 and an
+      integrator other than RK4. "auto" (default): "native" where it can run, else "rows".
 
   Returns:
     A (..., nx, nx) and B (..., nx, nu), and with sensors C (..., ns, nx) and D (..., ns, nu).
@@ -321,28 +82,33 @@ def transition_fd(
   Example:
     A, B = mjbatch_jax.transition_fd(state, ctrl, params)
   """
-  from mjbatch_jax.functions import checked_inputs  # the public checks, shared
-
-  state, ctrl, flat, spec, lead = checked_inputs(state, ctrl, params, nstep)
-  sim = simulator_of(spec.engine)
-  model = sim.model
-  nv, na, nu = model.nv, model.na, model.nu
-  if method == "auto":
-    native_ok = (
-      nstep == 1 and state.dtype == jnp.float64
-      and model.opt.integrator != mujoco.mjtIntegrator.mjINT_RK4
-    )
-    method = "native" if native_ok else "rows"
-  if method == "native":
-    if nstep != 1 or state.dtype != jnp.float64:
-      raise ValueError("method='native' needs nstep=1 and float64 arrays (jax_enable_x64)")
-    out = _calls.transition_fd(state, ctrl, flat, spec, nv, na, eps, centered, sensors)
-    return out if sensors else out[:2]
-  if method != "rows":
+  state, ctrl, flat, spec, lead = _checks.checked_inputs(state, ctrl, params, nstep)
+  centered = _checks.check_bool("centered", centered)
+  sensors = _checks.check_bool("sensors", sensors)
+  info = spec.model_info
+  model = info.model
+  nv, na, nu = info.nv, info.na, spec.nu
+  rk4 = info.integrator == int(mujoco.mjtIntegrator.mjINT_RK4)
+  if method not in ("auto", "rows", "native"):
     raise ValueError(f"method must be 'auto', 'rows' or 'native', got {method!r}")
+  if method == "auto":
+    method = "native" if nstep == 1 and not rk4 else "rows"
+  if method == "native":
+    if nstep != 1 or rk4:
+      raise ValueError(
+        "method='native' runs mujoco.mjd_transitionFD, which takes one substep (nstep=1) and"
+        " does not support the RK4 integrator: use method='rows'"
+      )
+    h = _rules.DEFAULT_EPS if eps is None else _checks.check_eps(eps)
+    with simulation_errors():
+      out = _ffi.transition_fd.call(state, ctrl, flat, spec, h, centered, sensors)
+      if _concrete(state):
+        jax.block_until_ready(out)
+    return out if sensors else out[:2]
+  eps = _rules.forward_eps(state.dtype, None if eps is None else _checks.check_eps(eps))
 
   joints = Joints.of(model)
-  layout = sim.layout
+  layout = info.layout
   s, c, f = _flatten(state, spec.nstate), _flatten(ctrl, nu), _flatten(flat, flat.shape[-1])
   m = s.shape[0]
   signs = (1.0, -1.0) if centered else (1.0,)
@@ -353,7 +119,7 @@ def transition_fd(
     rows_q = jnp.broadcast_to(s[:, None], (m, nv, spec.nstate)).at[:, :, layout.qpos].set(moved)
     index = np.r_[np.arange(layout.qvel.start, layout.qvel.stop),
                   np.arange(layout.act.start, layout.act.stop)]
-    blocks_state += [rows_q, _nudged(s, index, sign * eps)]
+    blocks_state += [rows_q, _rules.nudged(s, index, sign * eps)]
     blocks_ctrl.append(jnp.broadcast_to(c[:, None], (m, 2 * nv + na, nu)))
   forward_ok, backward_ok, plus, minus = _controls_rows(
     c, model.actuator_ctrlrange, model.actuator_ctrllimited.astype(bool), eps, centered
@@ -367,7 +133,7 @@ def transition_fd(
     blocks_ctrl.append(jnp.where(jnp.eye(nu, dtype=bool), values[:, None, :], c[:, None, :]))
   rows = jnp.concatenate(blocks_state, axis=1)
   k = rows.shape[1]
-  states, sensordata, _ = _calls.rollout(
+  states, sensordata, _ = _ffi.rollout.call(
     rows.reshape(m * k, -1),
     jnp.concatenate(blocks_ctrl, axis=1).reshape(m * k, 1, nu),
     jnp.broadcast_to(f[:, None], (m, k, f.shape[-1])).reshape(m * k, -1),
@@ -423,16 +189,21 @@ def transition_fd(
 
 
 def param_fd(
-  state: Any, ctrl: Any, params: Params, eps: float | None = None, nstep: int = 1
+  state: Any, ctrl: Any, params: Params, eps: float | None = None, nstep: int = 1,
+  centered: bool = False,
 ) -> dict[str, jax.Array]:
-  """d(next state)/d(each params leaf) by forward differences, all columns in one call.
+  """d(next state)/d(each params leaf) by finite differences, all columns in one call.
+
+  The perturbed copies and their differences are float64 inside the engine whatever the arrays'
+  dtype.
 
   Args:
     state: (..., nstate) rows.
     ctrl: (..., nu) controls.
     params: from Simulator.params; its fields are the columns.
-    eps: the perturbation; None: 1e-6 in float64, 1e-3 in float32.
+    eps: the perturbation; None: 1e-6.
     nstep: substeps.
+    centered: centred instead of forward differences.
 
   Returns:
     A dict from each field to (..., nstate, *field shape): the Jacobian of the next row.
@@ -440,12 +211,15 @@ def param_fd(
   Example:
     dmass = mjbatch_jax.param_fd(state, ctrl, params)["body_mass"]  # (N, nstate, nbody)
   """
-  from mjbatch_jax.functions import checked_inputs
-
-  state, ctrl, flat, spec, lead = checked_inputs(state, ctrl, params, nstep)
-  eps = default_eps(state.dtype) if eps is None else eps
-  s, c, f = _flatten(state, spec.nstate), _flatten(ctrl, spec.nu), _flatten(flat, flat.shape[-1])
-  _, _, jacobian, _ = _fd_rows(s, c, f, spec, nstep, eps, (False, False, True))
+  state, ctrl, flat, spec, lead = _checks.checked_inputs(state, ctrl, params, nstep)
+  h = _rules.DEFAULT_EPS if eps is None else _checks.check_eps(eps)
+  centered = _checks.check_bool("centered", centered)
+  width = flat.shape[-1]
+  s, c, f = _flatten(state, spec.nstate), _flatten(ctrl, spec.nu), _flatten(flat, width)
+  with simulation_errors():
+    _, _, jacobian, _ = _rules.fd_rows(s, c, f, spec, nstep, (False, False, True), h, centered)
+    if _concrete(state):
+      jax.block_until_ready(jacobian)
   jacobian = jacobian.swapaxes(1, 2)  # (m, nstate, P)
   out, start = {}, 0
   for name, shape in zip(spec.fields, spec.shapes, strict=True):
@@ -453,3 +227,10 @@ def param_fd(
     out[name] = jacobian[:, :, start : start + size].reshape(*lead, spec.nstate, *shape)
     start += size
   return out
+
+
+_flatten = _checks.flatten
+
+
+def _concrete(x: Any) -> bool:
+  return not isinstance(x, Tracer)

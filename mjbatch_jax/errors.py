@@ -1,4 +1,8 @@
-"""The exception that MuJoCo errors in a simulation become."""
+"""The exception that MuJoCo errors in a simulation become, and the conversion of the engine's
+errors (which JAX reports with its own exception types) into ours."""
+
+import contextlib
+from collections.abc import Iterator
 
 
 class SimulationError(RuntimeError):
@@ -7,3 +11,46 @@ class SimulationError(RuntimeError):
   Simulations that did not fail ran to completion; the failing ones kept the state they had
   before the call.
   """
+
+
+# Prefixes of the engine's error messages (cpp/ffi_common.h) and the exception each becomes:
+# a caller's mistake, a failed simulation, and threads or memory that could not be had.
+_KINDS = (
+  ("mjbatch_jax.ValueError: ", ValueError),
+  ("mjbatch_jax.SimulationError: ", SimulationError),
+  ("mjbatch_jax.ResourceError: ", RuntimeError),
+)
+
+
+def converted(e: BaseException) -> Exception | None:
+  """Our exception for an engine error that JAX reported with its own type, or None."""
+  message = str(e)
+  for prefix, kind in _KINDS:
+    at = message.find(prefix)
+    if at >= 0:
+      return kind(message[at + len(prefix) :].strip())
+  return None
+
+
+@contextlib.contextmanager
+def simulation_errors() -> Iterator[None]:
+  """Raise the engine's errors of jitted calls as ours (usable as a decorator too).
+
+  Outside of jit, `step`, `rollout` and `forward` raise our exceptions themselves. Inside a
+  jitted function, JAX reports a handler's error with its own exception type; this turns those
+  of mjbatch_jax into SimulationError (MuJoCo failed a simulation), ValueError (a bad argument
+  that only the engine could see) or RuntimeError (threads or memory), and lets every other
+  exception through unchanged.
+
+    with mjbatch_jax.simulation_errors():
+      state = jax.block_until_ready(jitted_loop(state, params))
+  """
+  try:
+    yield
+  except (SimulationError, ValueError):
+    raise
+  except Exception as e:
+    ours = converted(e)
+    if ours is None:
+      raise
+    raise ours from e

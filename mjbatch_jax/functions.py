@@ -6,92 +6,57 @@ its axis in front (vmap_method="broadcast_all"), so a vmapped call is still one 
 """
 
 import contextlib
+import math
 from collections.abc import Iterator, Sequence
 from typing import Any
 
 import jax
-import jax.numpy as jnp
-import numpy as np
 from jax.core import Tracer
 
-from mjbatch_jax import _calls, derivatives
-from mjbatch_jax.errors import SimulationError
-from mjbatch_jax.params import Params, SimSpec
-from mjbatch_jax.simulator import simulator_of
+from mjbatch_jax import _checks, _ffi, _rules
+from mjbatch_jax.errors import simulation_errors
+from mjbatch_jax.params import Params
 
-NWARNING = _calls.NWARNING
+NWARNING = _ffi.NWARNING
 
-
-def _check_params(params: Any) -> SimSpec:
-  if not isinstance(params, Params):
-    raise ValueError(
-      f"params must come from Simulator.params(num_sims, fields), got {type(params).__name__}"
-    )
-  return params.spec
+_WARNINGS_NOT_DIFFERENTIABLE = (
+  "{name}(..., return_warnings=True) is not differentiable: call it without return_warnings to"
+  " take derivatives (and once more with it for the warning counts)"
+)
 
 
-def _floating(name: str, x: Any) -> jax.Array:
-  x = jnp.asarray(x)
-  if not jnp.issubdtype(x.dtype, jnp.floating):
-    raise ValueError(f"{name} must be floating-point, got {x.dtype}")
-  return x
-
-
-def _inputs(state: Any, params: Params) -> tuple[jax.Array, jax.Array, SimSpec, tuple[int, ...]]:
-  """The state and the params side by side as one (..., P) array, checked against each other."""
-  spec = _check_params(params)
-  simulator_of(spec.engine)  # ValueError if it is closed
-  state = _floating("state", state)
-  if state.ndim < 1 or state.shape[-1] != spec.nstate:
-    raise ValueError(f"state must be (..., nstate={spec.nstate}), got shape {state.shape}")
-  lead = state.shape[:-1]
-  dtype = state.dtype
-  columns = []
-  for name, shape, value in zip(spec.fields, spec.shapes, params.values(), strict=True):
-    value = _floating(f"params[{name!r}]", value)
-    if value.shape != (*lead, *shape):
-      raise ValueError(
-        f"params[{name!r}] must have shape {(*lead, *shape)} to match state {state.shape},"
-        f" got {value.shape}"
-      )
-    columns.append(value.astype(dtype).reshape(*lead, -1))
-  flat = (
-    jnp.concatenate(columns, axis=-1) if columns else jnp.zeros((*lead, 0), dtype)
-  )
-  return state, flat, spec, lead
-
-
-def checked_inputs(
-  state: Any, ctrl: Any, params: Params, nstep: int
-) -> tuple[jax.Array, jax.Array, jax.Array, SimSpec, tuple[int, ...]]:
-  """state, ctrl and the params side by side, checked against each other, in state's dtype."""
-  nstep = _check_nstep(nstep)
-  state, flat, spec, lead = _inputs(state, params)
-  ctrl = _floating("ctrl", ctrl)
-  if ctrl.shape != (*lead, spec.nu):
-    raise ValueError(f"ctrl must have shape {(*lead, spec.nu)}, got {ctrl.shape}")
-  return state, ctrl.astype(state.dtype), flat, spec, lead
+def _derivative_options(eps: Any, centered: Any) -> tuple[float | None, bool]:
+  return (None if eps is None else _checks.check_eps(eps)), _checks.check_bool("centered", centered)
 
 
 def step(
-  state: Any, ctrl: Any, params: Params, nstep: int = 1, return_warnings: bool = False
+  state: Any,
+  ctrl: Any,
+  params: Params,
+  nstep: int = 1,
+  return_warnings: bool = False,
+  eps: float | None = None,
+  centered: bool = False,
 ) -> Any:
   """Advance each simulation by nstep calls to mj_step with its ctrl; return the new state.
 
   Pure: the same rows, ctrl and params give the same rows as mj_step on a fresh MjData, bit for
   bit with jax_enable_x64 on (float32 in and out without it, the physics in float64 inside).
   Differentiable (jax.grad, jax.jacfwd, ...) w.r.t. the rows' qpos, qvel and act, ctrl and the
-  params leaves, by finite differences computed as extra rows of one call (mjbatch_jax.derivatives
-  has the cost model and eps); other entries of a row get zero derivatives.
+  params leaves, by finite differences in float64 computed as extra rows of one call; other
+  entries of a row get zero derivatives. Derivatives are of first order only.
 
   Args:
-    state: (..., nstate) mjSTATE_INTEGRATION rows.
+    state: (..., nstate) mjSTATE_INTEGRATION rows, float32 or float64.
     ctrl: (..., nu) controls, written into the rows' ctrl before stepping.
     params: from Simulator.params; its leaves have the state's leading dimensions.
-    nstep: substeps per call, >= 1.
+    nstep: substeps per call, an int in [1, 2**31 - 1], static under jit.
     return_warnings: also return (..., mjNWARNING) int32 counts of the warnings each simulation
       raised in this call (divergence, for one, is a warning and an automatic reset in MuJoCo),
       so that a jitted loop can mask bad rows. This variant is not differentiable.
+    eps: the finite-difference step of derivatives (default 1e-6, on float64 rows whatever the
+      arrays' dtype).
+    centered: centred instead of forward differences for derivatives (twice the rows).
 
   Returns:
     The new state, or (state, warnings).
@@ -99,18 +64,28 @@ def step(
   Example:
     state = jax.jit(mjbatch_jax.step)(state, ctrl, params)
   """
-  state, ctrl, flat, spec, _ = checked_inputs(state, ctrl, params, nstep)
+  state, ctrl, flat, spec, _ = _checks.checked_inputs(state, ctrl, params, nstep)
+  h, centered = _derivative_options(eps, centered)
+  if return_warnings:
+    message = _WARNINGS_NOT_DIFFERENTIABLE.format(name="step")
+    with _converted(state):
+      new_state, warnings = _ffi.step.call(state, ctrl, flat, spec, nstep, message)
+      _settle(state, new_state)
+    return new_state, warnings
   with _converted(state):
-    if return_warnings:
-      new_state, warnings = _calls.step(state, ctrl, flat, spec, nstep)
-    else:
-      new_state, warnings = derivatives.step(state, ctrl, flat, spec, nstep), None
+    new_state = _rules.step(state, ctrl, flat, spec, int(nstep), h or _rules.DEFAULT_EPS, centered)
     _settle(state, new_state)
-  return (new_state, warnings) if return_warnings else new_state
+  return new_state
 
 
 def rollout(
-  state: Any, ctrls: Any, params: Params, nstep: int = 1, return_warnings: bool = False
+  state: Any,
+  ctrls: Any,
+  params: Params,
+  nstep: int = 1,
+  return_warnings: bool = False,
+  eps: float | None = None,
+  centered: bool = False,
 ) -> Any:
   """Run T knots of nstep substeps each from state, knot t with ctrls[..., t, :], in one call.
 
@@ -122,8 +97,11 @@ def rollout(
     state: (..., nstate) rows.
     ctrls: (..., T, nu) controls.
     params: from Simulator.params.
-    nstep: substeps per knot, >= 1.
-    return_warnings: also return (..., mjNWARNING) warning counts of the whole rollout.
+    nstep: substeps per knot, an int in [1, 2**31 - 1].
+    return_warnings: also return (..., mjNWARNING) warning counts of the whole rollout (not
+      differentiable).
+    eps: the finite-difference step of derivatives (default 1e-6, on float64 rows).
+    centered: centred instead of forward differences for derivatives.
 
   Returns:
     states (..., T, nstate) after each knot and sensordata (..., T, nsensordata) [, warnings].
@@ -131,34 +109,44 @@ def rollout(
   Example:
     states, sensordata = mjbatch_jax.rollout(state, jnp.zeros((N, 100, nu)), params)
   """
-  nstep = _check_nstep(nstep)
-  state, flat, spec, lead = _inputs(state, params)
-  ctrls = _floating("ctrls", ctrls).astype(state.dtype)
+  _checks.check_nstep(nstep)
+  state, flat, spec, lead = _checks.state_and_params(state, params)
+  h, centered = _derivative_options(eps, centered)
+  ctrls = _checks.floating("ctrls", ctrls).astype(state.dtype)
   if ctrls.ndim != len(lead) + 2 or ctrls.shape[: len(lead)] != lead or ctrls.shape[-1] != spec.nu:
     raise ValueError(f"ctrls must have shape {(*lead, 'T', spec.nu)}, got {ctrls.shape}")
-  with _converted(state):
-    if return_warnings:
-      states, sensordata, warnings = _calls.rollout(state, ctrls, flat, spec, nstep)
-    else:
-      (states, sensordata), warnings = derivatives.rollout(state, ctrls, flat, spec, nstep), None
-    _settle(state, states)
   if return_warnings:
+    message = _WARNINGS_NOT_DIFFERENTIABLE.format(name="rollout")
+    with _converted(state):
+      states, sensordata, warnings = _ffi.rollout.call(state, ctrls, flat, spec, nstep, message)
+      _settle(state, states)
     return states, sensordata, warnings
+  with _converted(state):
+    states, sensordata = _rules.rollout(
+      state, ctrls, flat, spec, int(nstep), h or _rules.DEFAULT_EPS, centered
+    )
+    _settle(state, states)
   return states, sensordata
 
 
 def forward(
-  state: Any, params: Params, fields: Sequence[str] = ("sensordata",)
+  state: Any, params: Params, fields: Sequence[str] = ("sensordata",), eps: float | None = None
 ) -> dict[str, jax.Array]:
   """mj_forward on each simulation; return the named mjData fields, each (..., *field shape).
 
-  Differentiable w.r.t. the rows' qpos, qvel, act and ctrl and the params leaves, as `step` is.
+  Fields that mj_forward leaves alone are computed with the MuJoCo call that does compute them:
+  subtree_linvel and subtree_angmom (mj_subtreeVel), cacc, cfrc_int and cfrc_ext
+  (mj_rnePostConstraint), qfrc_inverse (mj_inverse, at mj_forward's qacc); a field that only
+  mj_step computes (qHDiagInv) is refused. Differentiable w.r.t. the rows' qpos, qvel, act and
+  ctrl and the params leaves, as `step` is, by differences in the arrays' dtype.
 
   Args:
     state: (..., nstate) rows.
     params: from Simulator.params.
     fields: floating-point mjData arrays of fixed size ("xpos", "site_xpos", "sensordata",
       "qacc", "actuator_force", ...).
+    eps: the finite-difference step of derivatives (default 1e-6 with float64 arrays, 1e-3 with
+      float32: these differences are taken on rows of the arrays' dtype).
 
   Returns:
     A dict from field name to its values.
@@ -166,32 +154,20 @@ def forward(
   Example:
     tips = mjbatch_jax.forward(state, params, ("site_xpos",))["site_xpos"]
   """
-  state, flat, spec, lead = _inputs(state, params)
+  state, flat, spec, lead = _checks.state_and_params(state, params)
+  h = None if eps is None else _checks.check_eps(eps)
   if isinstance(fields, str):
     raise ValueError(f"fields must be a sequence of names, got the string {fields!r}")
   names = tuple(fields)
   if not names or len(set(names)) != len(names):
     raise ValueError(f"fields must be a non-empty sequence of unique names, got {names}")
-  shapes = [_forward_shape(spec.engine, name) for name in names]
-  sizes = tuple(int(np.prod(shape)) for shape in shapes)
+  shapes = [_checks.forward_shape(spec, name) for name in names]
+  sizes = tuple(math.prod(shape) for shape in shapes)
   with _converted(state):
-    outputs = derivatives.forward(state, flat, spec, names, sizes)
+    outputs = _rules.forward(state, flat, spec, names, sizes, h)
     _settle(state, outputs[0])
   parts = zip(names, outputs, shapes, strict=True)
   return {name: out.reshape(*lead, *shape) for name, out, shape in parts}
-
-
-def _forward_shape(engine: int, name: str) -> tuple[int, ...]:
-  """Shape of one simulation's values of mjData field name, checked by the engine."""
-  if not isinstance(name, str):
-    raise ValueError(f"field names must be strings, got {name!r}")
-  return simulator_of(engine).forward_shape(name)
-
-
-def _check_nstep(nstep: Any) -> int:
-  if not isinstance(nstep, (int, np.integer)) or isinstance(nstep, bool) or nstep < 1:
-    raise ValueError(f"nstep must be an int >= 1, got {nstep!r}")
-  return int(nstep)
 
 
 def _is_concrete(x: Any) -> bool:
@@ -200,7 +176,7 @@ def _is_concrete(x: Any) -> bool:
 
 @contextlib.contextmanager
 def _converted(state: Any) -> Iterator[None]:
-  """Outside of jit, turn a MuJoCo error of the call into SimulationError right away."""
+  """Outside of jit, turn an engine error of the call into our exception right away."""
   if not _is_concrete(state):
     yield
     return
@@ -209,40 +185,10 @@ def _converted(state: Any) -> Iterator[None]:
 
 
 def _settle(state: Any, result: Any) -> None:
-  # Eager calls wait for their result, so that an error is raised here, as SimulationError. A
-  # concrete state can still give a traced result (a traced ctrl or params): nothing to wait for.
+  # Eager calls wait for their result, so that an error is raised here, as ours. A concrete
+  # state can still give a traced result (a traced ctrl or params): nothing to wait for.
   if _is_concrete(state) and all(map(_is_concrete, jax.tree_util.tree_leaves(result))):
     jax.block_until_ready(result)
 
 
-@contextlib.contextmanager
-def simulation_errors() -> Iterator[None]:
-  """Raise MuJoCo errors of jitted calls as SimulationError (usable as a decorator too).
-
-  Outside of jit, `step`, `rollout` and `forward` raise SimulationError themselves. Inside a
-  jitted function, JAX reports a handler's error with its own exception type; this converts
-  those of mjbatch_jax and lets every other exception through unchanged.
-
-    with mjbatch_jax.simulation_errors():
-      state = jax.block_until_ready(jitted_loop(state, params))
-  """
-  try:
-    yield
-  except SimulationError:
-    raise
-  except Exception as e:
-    converted = _as_simulation_error(e)
-    if converted is None:
-      raise
-    raise converted from e
-
-
-_MARKER = "mjbatch_jax.SimulationError: "
-
-
-def _as_simulation_error(e: Exception) -> SimulationError | None:
-  message = str(e)
-  at = message.find(_MARKER)
-  if at < 0:
-    return None
-  return SimulationError(message[at + len(_MARKER) :].strip())
+__all__ = ["NWARNING", "forward", "rollout", "simulation_errors", "step"]

@@ -1,11 +1,63 @@
 """Per-simulation model values as a JAX pytree that also names its simulator."""
 
 import dataclasses
+import threading
 from collections.abc import Iterator, Mapping
 from typing import Any
 
 import jax
+import mujoco
 import numpy as np
+
+from mjbatch_jax._extension import ext
+from mjbatch_jax.layout import StateLayout
+
+
+class EngineHandle:
+  """One ownership of a C++ engine, given up on `close()` or when the last reference goes.
+
+  A Simulator holds one, and so do the SimSpecs of its params: params keep their engine usable
+  until an explicit close, whatever happened to the Simulator object.
+  """
+
+  def __init__(self, model: mujoco.MjModel, num_threads: int):
+    self.id = ext.open_engine(model._address, num_threads)
+    self._lock = threading.Lock()
+    self._open = True
+
+  @property
+  def closed(self) -> bool:
+    return not self._open
+
+  def close(self) -> None:
+    with self._lock:
+      if self._open:
+        self._open = False
+        ext.close_engine(self.id)
+
+  def __del__(self) -> None:
+    # During interpreter shutdown ext may already be gone; the engine goes with the process.
+    try:
+      self.close()
+    except Exception:
+      pass
+
+
+@dataclasses.dataclass(frozen=True)
+class ModelInfo:
+  """What the pure functions need to know of a model beyond its sizes, fixed at trace time.
+
+  Compared by identity only through its SimSpec's engine id, which stands for the model's bytes.
+  """
+
+  model: mujoco.MjModel  # the simulator's copy; never written
+  layout: StateLayout
+  joints: tuple[tuple[int, int, int], ...]  # (type, qposadr, dofadr) per joint
+  nv: int
+  na: int
+  integrator: int
+  ctrlrange: tuple[tuple[float, float], ...]
+  ctrllimited: tuple[bool, ...]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -13,6 +65,8 @@ class SimSpec:
   """What the pure functions need to know of a simulator, fixed at trace time.
 
   Hashable, so it is the static part of a Params pytree and jit retraces only when it changes.
+  Simulators of identical models (and thread counts) share an engine id and so compare equal:
+  a function jitted for one serves them all without compiling again.
   """
 
   engine: int  # the C++ engine's registry id
@@ -21,14 +75,30 @@ class SimSpec:
   nsensordata: int
   fields: tuple[str, ...] = ()
   shapes: tuple[tuple[int, ...], ...] = ()  # of one simulation's values of each field
+  info: ModelInfo | None = dataclasses.field(default=None, compare=False, repr=False)
+  handle: EngineHandle | None = dataclasses.field(default=None, compare=False, repr=False)
 
   def with_fields(self, fields: tuple[str, ...], shapes: tuple[tuple[int, ...], ...]) -> "SimSpec":
     return dataclasses.replace(self, fields=fields, shapes=shapes)
 
   @property
+  def width(self) -> int:
+    """Params values per simulation: the fields side by side."""
+    return sum(int(np.prod(s)) for s in self.shapes)
+
+  @property
   def attribute(self) -> str:
     """The fields as the FFI handlers take them: "name:size,name:size"."""
     return ",".join(f"{n}:{int(np.prod(s))}" for n, s in zip(self.fields, self.shapes, strict=True))
+
+  @property
+  def model_info(self) -> ModelInfo:
+    assert self.info is not None, "a SimSpec made by a Simulator carries its ModelInfo"
+    return self.info
+
+  @property
+  def closed(self) -> bool:
+    return self.handle is not None and self.handle.closed
 
 
 @jax.tree_util.register_pytree_node_class
@@ -36,7 +106,8 @@ class Params(Mapping):
   """Per-simulation values of model fields, a pytree whose leaves are (N, ...) arrays.
 
   Made by `Simulator.params`. Its leaves are what jax.grad and friends differentiate; its static
-  part names the simulator, so `step(state, ctrl, params)` needs nothing else.
+  part names the simulator, so `step(state, ctrl, params)` needs nothing else. Params keep their
+  simulator's engine usable until `Simulator.close()`.
 
     params = sim.params(256, fields=("body_mass", "opt.gravity"))
     heavier = params.replace({"body_mass": params["body_mass"] * 1.1})

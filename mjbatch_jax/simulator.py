@@ -2,7 +2,6 @@
 
 import copy
 import os
-import weakref
 from collections.abc import Sequence
 
 import jax
@@ -12,18 +11,10 @@ import numpy as np
 
 from mjbatch_jax._extension import ext
 from mjbatch_jax.layout import StateLayout
-from mjbatch_jax.params import Params, SimSpec
+from mjbatch_jax.params import EngineHandle, ModelInfo, Params, SimSpec
 
-# Open simulators by engine id, for the functions that need more of one than its SimSpec.
-_simulators: "weakref.WeakValueDictionary[int, Simulator]" = weakref.WeakValueDictionary()
-
-
-def simulator_of(engine: int) -> "Simulator":
-  """The open Simulator of an engine id; ValueError if it is closed."""
-  sim = _simulators.get(engine)
-  if sim is None or sim.closed:
-    raise ValueError(f"the Simulator of these params (engine {engine}) is closed")
-  return sim
+# Threads per batch beyond which a request is a mistake: each batch starts that many threads.
+MAX_THREADS = min(int(ext.MAX_THREADS), 4 * (os.cpu_count() or 1))
 
 
 def _float_dtype() -> np.dtype:
@@ -35,8 +26,15 @@ class Simulator:
   """Simulations of one model for the pure JAX functions (`step`, `rollout`, `forward`).
 
   Copies the model and owns a C++ engine of MuJoCo batches on num_threads threads (0: one per
-  logical CPU). Calls reach the engine by id, so a jitted function that outlives `close()` raises
-  a clear error instead of touching freed memory.
+  logical CPU, at most 4 per CPU). Calls reach the engine by id, so a jitted function that
+  outlives `close()` raises a clear error instead of touching freed memory. Simulators of
+  identical models and thread counts share one engine (it keeps no state between calls), so a
+  function jitted for one runs for all of them without compiling again. Params and states made
+  here keep the engine usable until `close()`.
+
+  Concurrent calls (Python threads, shard_map devices) each lease a batch with its own threads;
+  an engine holds at most max(2, cpu_count // num_threads) batches, so together they use at most
+  about twice the machine's threads, and a call beyond that waits for a free batch.
 
     with mjbatch_jax.Simulator(model) as sim:
       state = sim.init_state(1024)
@@ -47,23 +45,43 @@ class Simulator:
   def __init__(self, model: mujoco.MjModel, num_threads: int = 0):
     if not isinstance(model, mujoco.MjModel):
       raise ValueError(f"model must be a mujoco.MjModel, got {type(model).__name__}")
-    if not isinstance(num_threads, (int, np.integer)) or num_threads < 0:
-      raise ValueError(f"num_threads must be an int >= 0, got {num_threads!r}")
+    if (
+      not isinstance(num_threads, (int, np.integer))
+      or isinstance(num_threads, bool)
+      or not 0 <= num_threads <= MAX_THREADS
+    ):
+      raise ValueError(
+        f"num_threads must be an int in [0, {MAX_THREADS}] (0: one per CPU; at most 4 per CPU),"
+        f" got {num_threads!r}"
+      )
     self._model = copy.copy(model)
     self._requested_threads = int(num_threads)
-    self._id = ext.make_engine(self._model._address, self._requested_threads)
-    # Frees the engine when the Simulator is collected, if close() was not called.
-    self._finalizer = weakref.finalize(self, ext.close_engine, self._id)
+    self._handle = EngineHandle(self._model, self._requested_threads)
+    self._id = self._handle.id
     self._layout = StateLayout.of(self._model)
+    info = ModelInfo(
+      model=self._model,
+      layout=self._layout,
+      joints=tuple(
+        (int(t), int(q), int(d))
+        for t, q, d in zip(model.jnt_type, model.jnt_qposadr, model.jnt_dofadr, strict=True)
+      ),
+      nv=model.nv,
+      na=model.na,
+      integrator=int(model.opt.integrator),
+      ctrlrange=tuple((float(lo), float(hi)) for lo, hi in model.actuator_ctrlrange),
+      ctrllimited=tuple(bool(x) for x in model.actuator_ctrllimited),
+    )
     self._spec = SimSpec(
       engine=self._id,
       nstate=self._layout.size,
       nu=self._model.nu,
       nsensordata=self._model.nsensordata,
+      info=info,
+      handle=self._handle,
     )
     self._data: mujoco.MjData | None = None
     self._forward_shapes: dict[str, tuple[int, ...]] = {}
-    _simulators[self._id] = self
 
   @property
   def model(self) -> mujoco.MjModel:
@@ -97,11 +115,15 @@ class Simulator:
 
   @property
   def closed(self) -> bool:
-    return not self._finalizer.alive
+    return self._handle.closed
 
   def close(self) -> None:
-    """Free the engine; later calls of functions traced with it raise an error."""
-    self._finalizer()
+    """Give up the engine (freed once no other open Simulator shares it); idempotent.
+
+    Later calls with its params raise ValueError; a function jitted with it raises when called,
+    unless another open Simulator of the same model keeps the shared engine alive.
+    """
+    self._handle.close()
 
   def __enter__(self) -> "Simulator":
     return self

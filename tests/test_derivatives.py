@@ -184,15 +184,15 @@ def test_one_call_per_jacobian():
     params = sim.params(8, ("body_mass", "dof_damping"))
     jac = jax.jit(jax.jacfwd(lambda c: mjbatch_jax.step(state, c, params)))
     jac(ctrl).block_until_ready()
-    before = ext.handler_calls()["mjbatch_jax_rollout"]
+    before = ext.handler_calls()["mjbatch_jax_finite_difference"]
     jac(ctrl).block_until_ready()
-    assert ext.handler_calls()["mjbatch_jax_rollout"] - before == 1
+    assert ext.handler_calls()["mjbatch_jax_finite_difference"] - before == 1
 
     fd = jax.jit(mjbatch_jax.param_fd)
     jax.block_until_ready(fd(state, ctrl, params))
-    before = ext.handler_calls()["mjbatch_jax_rollout"]
+    before = ext.handler_calls()["mjbatch_jax_finite_difference"]
     out = jax.block_until_ready(fd(state, ctrl, params))
-    assert ext.handler_calls()["mjbatch_jax_rollout"] - before == 1
+    assert ext.handler_calls()["mjbatch_jax_finite_difference"] - before == 1
     assert out["body_mass"].shape == (8, sim.nstate, model.nbody)
     assert out["dof_damping"].shape == (8, sim.nstate, model.nv)
     # param_fd is the params part of the step's derivative.

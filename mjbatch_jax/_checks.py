@@ -1,0 +1,134 @@
+"""Checks of the public functions' arguments, before anything is traced or run.
+
+Every public function (step, rollout, forward, transition_fd, param_fd) checks its inputs here,
+so a bad shape, dtype, range or a closed simulator is a ValueError that says what was expected,
+raised in Python before any custom call exists.
+"""
+
+import math
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import mujoco
+import numpy as np
+from jax.core import Tracer
+
+from mjbatch_jax._extension import ext
+from mjbatch_jax.params import Params, SimSpec
+
+# The dtypes the engine reads and writes; its physics is float64 inside either way.
+_DTYPES = (np.dtype(np.float32), np.dtype(np.float64))
+_INT32_MAX = 2**31 - 1
+
+
+def check_params(params: Any) -> SimSpec:
+  if not isinstance(params, Params):
+    raise ValueError(
+      f"params must come from Simulator.params(num_sims, fields), got {type(params).__name__}"
+    )
+  spec = params.spec
+  if spec.closed:
+    raise ValueError(f"the Simulator of these params (engine {spec.engine}) is closed")
+  return spec
+
+
+def floating(name: str, x: Any) -> jax.Array:
+  """x as an array of float32 or float64; ValueError for anything else."""
+  try:
+    x = jnp.asarray(x)
+  except TypeError as e:
+    raise ValueError(f"{name} must be a float32 or float64 array, got {type(x).__name__}") from e
+  if x.dtype not in _DTYPES:
+    raise ValueError(f"{name} must be float32 or float64, got {x.dtype}")
+  return x
+
+
+def check_nstep(nstep: Any) -> int:
+  if isinstance(nstep, Tracer):
+    raise ValueError(
+      "nstep must be a Python int known at trace time, got a traced value: mark it static, e.g."
+      " jax.jit(f, static_argnames='nstep')"
+    )
+  if (
+    not isinstance(nstep, (int, np.integer))
+    or isinstance(nstep, bool)
+    or not 1 <= nstep <= _INT32_MAX
+  ):
+    raise ValueError(f"nstep must be an int in [1, 2**31 - 1], got {nstep!r}")
+  return int(nstep)
+
+
+def check_eps(eps: Any) -> float:
+  if isinstance(eps, Tracer):
+    raise ValueError("eps must be a Python float known at trace time, got a traced value")
+  try:
+    value = float(eps)
+  except (TypeError, ValueError):
+    raise ValueError(f"eps must be a finite float > 0, got {eps!r}") from None
+  if not (math.isfinite(value) and value > 0):
+    raise ValueError(f"eps must be a finite float > 0, got {eps!r}")
+  return value
+
+
+def check_bool(name: str, value: Any) -> bool:
+  if not isinstance(value, (bool, np.bool_)):
+    raise ValueError(f"{name} must be a bool, got {value!r}")
+  return bool(value)
+
+
+def state_and_params(
+  state: Any, params: Params
+) -> tuple[jax.Array, jax.Array, SimSpec, tuple[int, ...]]:
+  """The state and the params side by side as one (..., P) array, checked against each other."""
+  spec = check_params(params)
+  state = floating("state", state)
+  if state.ndim < 1 or state.shape[-1] != spec.nstate:
+    raise ValueError(f"state must be (..., nstate={spec.nstate}), got shape {state.shape}")
+  lead = state.shape[:-1]
+  dtype = state.dtype
+  columns = []
+  for name, shape, value in zip(spec.fields, spec.shapes, params.values(), strict=True):
+    value = floating(f"params[{name!r}]", value)
+    if value.shape != (*lead, *shape):
+      raise ValueError(
+        f"params[{name!r}] must have shape {(*lead, *shape)} to match state {state.shape},"
+        f" got {value.shape}"
+      )
+    columns.append(value.astype(dtype).reshape(*lead, int(np.prod(shape))))
+  flat = jnp.concatenate(columns, axis=-1) if columns else jnp.zeros((*lead, 0), dtype)
+  return state, flat, spec, lead
+
+
+def checked_inputs(
+  state: Any, ctrl: Any, params: Params, nstep: Any
+) -> tuple[jax.Array, jax.Array, jax.Array, SimSpec, tuple[int, ...]]:
+  """state, ctrl and the params side by side, checked against each other, in state's dtype."""
+  check_nstep(nstep)
+  state, flat, spec, lead = state_and_params(state, params)
+  ctrl = floating("ctrl", ctrl)
+  if ctrl.shape != (*lead, spec.nu):
+    raise ValueError(f"ctrl must have shape {(*lead, spec.nu)}, got {ctrl.shape}")
+  return state, ctrl.astype(state.dtype), flat, spec, lead
+
+
+def forward_shape(spec: SimSpec, name: Any) -> tuple[int, ...]:
+  """Shape of one simulation's values of mjData field name, checked by the engine."""
+  if not isinstance(name, str):
+    raise ValueError(f"field names must be strings, got {name!r}")
+  info = spec.model_info
+  cache = _forward_shapes.setdefault(spec.engine, {})
+  if name not in cache:
+    size = ext.data_field_size(spec.engine, name)  # ValueError naming the field
+    shape = tuple(np.shape(getattr(mujoco.MjData(info.model), name)))
+    cache[name] = shape if math.prod(shape) == size else (size,)
+  return cache[name]
+
+
+# Shapes of forward's fields by engine id: an id always stands for the same model.
+_forward_shapes: dict[int, dict[str, tuple[int, ...]]] = {}
+
+
+def flatten(x: jax.Array, width: int) -> jax.Array:
+  """(..., width) as (M, width); explicit M, since width (or M) may be 0."""
+  return x.reshape(math.prod(x.shape[:-1]), width)
