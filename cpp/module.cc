@@ -15,6 +15,7 @@
 #include "handlers.h"
 #include "registry.h"
 #include "status.h"
+#include "trap.h"
 
 namespace nb = nanobind;
 
@@ -77,6 +78,13 @@ NB_MODULE(_mjbatch_jax, m) {
   }, nb::arg("id"),
      "Give up one ownership of an engine; the last frees it once calls in flight finish. Return "
      "whether it was open.");
+
+  m.def("trapped_error", [](const std::string& text) {
+    auto raise = [&] { mju_error("%s", text.c_str()); };
+    return Trapped(raise);
+  }, nb::arg("text"),
+     "Raise a MuJoCo error with text on this thread inside the engine's trap and return the "
+     "message it trapped: what the tests use to see that such errors never end the process.");
 
   m.def("open_engines", [] { return OpenEngineCount(); }, "How many engines are open.");
 

@@ -163,17 +163,24 @@ def _rollout_jvp(
   tu = t_ctrls.reshape(m, nknot, spec.nu).swapaxes(0, 1) if with_ctrl else None
   tf = flatten(t_flat, width) if with_flat else None
 
-  def knot(carry: tuple, inputs: tuple) -> tuple:
-    x, tx = carry
-    u_t, tu_t = inputs
-    nominal, sensors, jx, jy = fd_rows(x, u_t, f, spec, nstep, wrt, eps, centered)
-    t_in = _tangent_in(spec, wrt, tx, tu_t, tf).astype(jx.dtype)
-    tx_next = jnp.einsum("mk,mks->ms", t_in, jx)
-    ty = jnp.einsum("mk,mks->ms", t_in, jy)
-    return (nominal, tx_next), (nominal, sensors, tx_next, ty)
+  def knots(s: jax.Array, ts: jax.Array, u: jax.Array, tu: jax.Array, f: jax.Array,
+            tf: Any) -> tuple:
+    def knot(carry: tuple, inputs: tuple) -> tuple:
+      x, tx = carry
+      u_t, tu_t = inputs
+      nominal, sensors, jx, jy = fd_rows(x, u_t, f, spec, nstep, wrt, eps, centered)
+      t_in = _tangent_in(spec, wrt, tx, tu_t, tf).astype(jx.dtype)
+      tx_next = jnp.einsum("mk,mks->ms", t_in, jx)
+      ty = jnp.einsum("mk,mks->ms", t_in, jy)
+      return (nominal, tx_next), (nominal, sensors, tx_next, ty)
 
-  xs = (u, tu if with_ctrl else jnp.zeros_like(u))
-  _, (states, sensordata, t_states, t_sensordata) = jax.lax.scan(knot, (s, ts), xs)
+    return jax.lax.scan(knot, (s, ts), (u, tu))[1]
+
+  # The scan as one function that refuses to be differentiated: a higher-order derivative meets
+  # this refusal, with our message, before it meets the custom calls inside the scan.
+  states, sensordata, t_states, t_sensordata = _ffi.without_derivatives(
+    knots, _ffi.HIGHER_ORDER, s, ts, u, tu if with_ctrl else jnp.zeros_like(u), f, tf
+  )
 
   def unflatten(x: jax.Array) -> jax.Array:
     return x.swapaxes(0, 1).reshape(*lead, nknot, x.shape[-1])

@@ -2,6 +2,7 @@
 
 import dataclasses
 import threading
+import weakref
 from collections.abc import Iterator, Mapping
 from typing import Any
 
@@ -16,8 +17,9 @@ from mjbatch_jax.layout import StateLayout
 class EngineHandle:
   """One ownership of a C++ engine, given up on `close()` or when the last reference goes.
 
-  A Simulator holds one, and so do the SimSpecs of its params: params keep their engine usable
-  until an explicit close, whatever happened to the Simulator object.
+  A Simulator holds one, and so do the Params it makes: params keep their engine usable until an
+  explicit close, whatever happened to the Simulator object. SimSpecs refer to it weakly, since
+  JAX keeps the specs it traced with in its caches, which must not keep engines open.
   """
 
   def __init__(self, model: mujoco.MjModel, num_threads: int):
@@ -76,7 +78,8 @@ class SimSpec:
   fields: tuple[str, ...] = ()
   shapes: tuple[tuple[int, ...], ...] = ()  # of one simulation's values of each field
   info: ModelInfo | None = dataclasses.field(default=None, compare=False, repr=False)
-  handle: EngineHandle | None = dataclasses.field(default=None, compare=False, repr=False)
+  # A weakref.ref to the EngineHandle of the Simulator that made the spec.
+  handle: Any = dataclasses.field(default=None, compare=False, repr=False)
 
   def with_fields(self, fields: tuple[str, ...], shapes: tuple[tuple[int, ...], ...]) -> "SimSpec":
     return dataclasses.replace(self, fields=fields, shapes=shapes)
@@ -98,7 +101,11 @@ class SimSpec:
 
   @property
   def closed(self) -> bool:
-    return self.handle is not None and self.handle.closed
+    """Whether the engine was given up: closed explicitly, or nothing holds it any more."""
+    if self.handle is None:
+      return False
+    handle = self.handle()
+    return handle is None or handle.closed
 
 
 @jax.tree_util.register_pytree_node_class
@@ -113,9 +120,11 @@ class Params(Mapping):
     heavier = params.replace({"body_mass": params["body_mass"] * 1.1})
   """
 
-  def __init__(self, spec: SimSpec, values: tuple[Any, ...]):
+  def __init__(self, spec: SimSpec, values: tuple[Any, ...], owner: EngineHandle | None = None):
     self._spec = spec
     self._values = tuple(values)
+    # The engine stays open while these params (or copies made by replace) live.
+    self._owner = owner if owner is not None else (spec.handle() if spec.handle else None)
 
   @property
   def spec(self) -> SimSpec:
@@ -140,7 +149,7 @@ class Params(Mapping):
       if name not in self._spec.fields:
         raise KeyError(f"{name!r} is not among these params' fields {self._spec.fields}")
       new[self._spec.fields.index(name)] = value
-    return Params(self._spec, tuple(new))
+    return Params(self._spec, tuple(new), self._owner)
 
   def __repr__(self) -> str:
     shapes = dict(zip(self._spec.fields, (getattr(v, "shape", None) for v in self._values),

@@ -2,6 +2,7 @@
 
 import copy
 import os
+import weakref
 from collections.abc import Sequence
 
 import jax
@@ -78,7 +79,7 @@ class Simulator:
       nu=self._model.nu,
       nsensordata=self._model.nsensordata,
       info=info,
-      handle=self._handle,
+      handle=weakref.ref(self._handle),
     )
     self._data: mujoco.MjData | None = None
     self._forward_shapes: dict[str, tuple[int, ...]] = {}
@@ -189,7 +190,7 @@ class Simulator:
       shapes.append(value.shape)
       values.append(jnp.asarray(np.broadcast_to(value, (num_sims, *value.shape)),
                                 dtype=_float_dtype()))
-    return Params(self._spec.with_fields(names, tuple(shapes)), tuple(values))
+    return Params(self._spec.with_fields(names, tuple(shapes)), tuple(values), self._handle)
 
   def _model_value(self, name: str) -> np.ndarray:
     if name.startswith("opt."):

@@ -17,6 +17,10 @@ HIGHER_ORDER = (
   " call); jax.hessian, jacfwd(jacrev(...)) and other higher-order derivatives are not supported"
 )
 
+# JAX's tracers of forward and linearized differentiation (private names, so matched by name:
+# if a JAX release renames them, JAX's own "cannot be differentiated" error shows instead).
+_DIFFERENTIATION_TRACERS = frozenset({"JVPTracer", "LinearizeTracer"})
+
 _registered = False
 _register_lock = threading.Lock()
 
@@ -44,6 +48,12 @@ def without_derivatives(call: Callable[..., Any], message: str, *arrays: Any) ->
   reaches a call itself is a higher-order one (or of a variant without a rule), and without this
   JAX would say only that ffi_call has no differentiation rule.
   """
+  # Under a transformation that evaluates the primal function directly (linearize inlines a
+  # custom_jvp whose inputs it knows), the rule below never runs and JAX would meet the ffi_call
+  # itself; tracers of differentiation among the inputs show that case.
+  for leaf in jax.tree_util.tree_leaves(arrays):
+    if type(leaf).__name__ in _DIFFERENTIATION_TRACERS:
+      raise ValueError(message)
   wrapped = jax.custom_jvp(call)
 
   def refuse(primals: tuple, tangents: tuple) -> Any:

@@ -1,0 +1,466 @@
+"""Hostile and careless calls of the JAX front end, each isolated so that a crash is a failure.
+
+CASES is the table: a name, a snippet, and what it must do: raise an exception of a type whose
+message matches a pattern ("raises"), or run to the end, its own asserts included ("ok").
+The snippets run in child processes, in order, one result line each; when a child dies (a
+signal, an exit) or hangs, the case it was running is marked with how it died and a new child
+goes on with the next case. Every case sees a fresh prelude: a small model, its Simulator and
+inputs for N = 3 simulations (see PRELUDE).
+"""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+PRELUDE = r'''
+import dataclasses, gc, threading
+import numpy as np, jax, jax.numpy as jnp, mujoco
+jax.config.update("jax_enable_x64", True)
+import mjbatch_jax
+from mjbatch_jax import _ffi
+from mjbatch_jax._extension import ext
+
+XML = """
+<mujoco>
+  <option timestep="0.002"/>
+  <worldbody>
+    <geom type="plane" size="2 2 .1"/>
+    <body name="cart" pos="0 0 .1">
+      <joint name="slide" type="slide" axis="1 0 0"/>
+      <geom type="box" size=".1 .1 .05" mass="1"/>
+      <body name="pole" pos="0 0 .05">
+        <joint name="hinge" axis="0 1 0" damping=".01"/>
+        <geom type="capsule" fromto="0 0 0 0 0 .5" size=".02" mass=".1"/>
+        <site name="tip" pos="0 0 .5"/>
+      </body>
+    </body>
+  </worldbody>
+  <actuator><motor joint="slide" gear="10" ctrlrange="-1 1"/></actuator>
+  <sensor><jointpos joint="hinge"/><framepos objtype="site" objname="tip"/></sensor>
+</mujoco>
+"""
+PILE = """
+<mujoco><size memory="100K"/><worldbody><geom type="plane" size="5 5 .1"/>{}</worldbody></mujoco>
+""".format("".join(
+  f'<body pos="{i % 4} {i // 4} 1"><freejoint/><geom size=".1" mass="1"/></body>'
+  for i in range(12)))
+N = 3
+m = mujoco.MjModel.from_xml_string(XML)
+sim = mjbatch_jax.Simulator(m, num_threads=1)
+state = sim.init_state(N)
+ctrl = jnp.zeros((N, m.nu))
+params = sim.params(N, ("body_mass",))
+ctrls = jnp.zeros((N, 4, m.nu))
+'''
+
+# (name, snippet, expectation): ("raises", exception type name, regex) or ("ok",).
+CASES = [
+  # nstep: range-checked as an int64 and never cast down silently.
+  ("step nstep 2**32+1", "mjbatch_jax.step(state, ctrl, params, nstep=2**32 + 1)",
+   ("raises", "ValueError", r"nstep must be an int in \[1, 2\*\*31 - 1\]")),
+  ("step nstep 2**31", "mjbatch_jax.step(state, ctrl, params, nstep=2**31)",
+   ("raises", "ValueError", "nstep")),
+  ("rollout nstep 2**31", "mjbatch_jax.rollout(state, ctrls, params, nstep=2**31)",
+   ("raises", "ValueError", "nstep")),
+  ("transition_fd nstep 2**31", "mjbatch_jax.transition_fd(state, ctrl, params, nstep=2**31)",
+   ("raises", "ValueError", "nstep")),
+  ("step nstep 0", "mjbatch_jax.step(state, ctrl, params, nstep=0)",
+   ("raises", "ValueError", "nstep")),
+  ("step nstep float", "mjbatch_jax.step(state, ctrl, params, nstep=2.7)",
+   ("raises", "ValueError", "nstep")),
+  ("step nstep bool", "mjbatch_jax.step(state, ctrl, params, nstep=True)",
+   ("raises", "ValueError", "nstep")),
+  ("step nstep traced",
+   "jax.jit(lambda s, n: mjbatch_jax.step(s, ctrl, params, nstep=n))(state, 2)",
+   ("raises", "ValueError", "static")),
+  ("engine nstep 2**31 past Python", textwrap.dedent("""
+    with mjbatch_jax.simulation_errors():
+      _ffi.step.call(state, ctrl, jnp.asarray(params['body_mass']), params.spec, 2**31)
+    """), ("raises", "ValueError", r"nstep must be in \[1")),
+  # Threads: capped, and a huge count is refused before any thread starts.
+  ("num_threads 2**23", "mjbatch_jax.Simulator(m, num_threads=2**23)",
+   ("raises", "ValueError", "num_threads")),
+  ("num_threads 1000", "mjbatch_jax.Simulator(m, num_threads=1000)",
+   ("raises", "ValueError", "num_threads")),
+  ("num_threads -1", "mjbatch_jax.Simulator(m, num_threads=-1)",
+   ("raises", "ValueError", "num_threads")),
+  ("num_threads float", "mjbatch_jax.Simulator(m, num_threads=1.5)",
+   ("raises", "ValueError", "num_threads")),
+  ("engine num_threads 2**23", "ext.open_engine(m._address, 2**23)",
+   ("raises", "ValueError", "nthread")),
+  # Every output buffer is checked by the handler, whatever Python declared.
+  ("rollout wrong nsensordata", textwrap.dedent("""
+    spec = dataclasses.replace(params.spec, nsensordata=params.spec.nsensordata + 7)
+    with mjbatch_jax.simulation_errors():
+      _ffi.rollout.call(state, ctrls, jnp.asarray(params['body_mass']), spec, 1)
+    """), ("raises", "ValueError", "sensordata must have")),
+  ("rollout fewer sensordata", textwrap.dedent("""
+    spec = dataclasses.replace(params.spec, nsensordata=0)
+    with mjbatch_jax.simulation_errors():
+      _ffi.rollout.call(state, ctrls, jnp.asarray(params['body_mass']), spec, 1)
+    """), ("raises", "ValueError", "sensordata must have")),
+  ("step wrong nstate", textwrap.dedent("""
+    spec = dataclasses.replace(params.spec, nstate=params.spec.nstate + 1)
+    s = jnp.zeros((N, spec.nstate))
+    with mjbatch_jax.simulation_errors():
+      _ffi.step.call(s, ctrl, jnp.asarray(params['body_mass']), spec, 1)
+    """), ("raises", "ValueError", "nstate")),
+  ("params field size lie", textwrap.dedent("""
+    spec = params.spec.with_fields(("body_mass",), ((m.nbody + 5,),))
+    flat = jnp.ones((N, m.nbody + 5))
+    with mjbatch_jax.simulation_errors():
+      _ffi.step.call(state, ctrl, flat, spec, 1)
+    """), ("raises", "ValueError", "body_mass")),
+  ("params field unknown to engine", textwrap.dedent("""
+    spec = params.spec.with_fields(("no_such_field",), ((2,),))
+    with mjbatch_jax.simulation_errors():
+      _ffi.step.call(state, ctrl, jnp.ones((N, 2)), spec, 1)
+    """), ("raises", "ValueError", "no_such_field")),
+  ("forward output size lie", textwrap.dedent("""
+    with mjbatch_jax.simulation_errors():
+      _ffi.forward.call(state, jnp.asarray(params['body_mass']), params.spec, ("xpos",), (5,))
+    """), ("raises", "ValueError", "output 'xpos'")),
+  ("finite_difference column out of range", textwrap.dedent("""
+    with mjbatch_jax.simulation_errors():
+      _ffi.finite_difference.call(state, ctrl, jnp.asarray(params['body_mass']), params.spec,
+                                  1, [10**6], 1e-6, False)
+    """), ("raises", "ValueError", "column")),
+  ("transition_fd output lie", textwrap.dedent("""
+    spec = dataclasses.replace(params.spec, nsensordata=params.spec.nsensordata + 3)
+    with mjbatch_jax.simulation_errors():
+      _ffi.transition_fd.call(state, ctrl, jnp.asarray(params['body_mass']), spec, 1e-6,
+                              False, True)
+    """), ("raises", "ValueError", "must have")),
+  # Closed objects and lifetimes.
+  ("step after close", "sim.close(); mjbatch_jax.step(state, ctrl, params)",
+   ("raises", "ValueError", "closed")),
+  # Simulators of one model share an engine, which goes when the last of them closes: a model of
+  # this case's own, so that no earlier case's objects share it.
+  ("jitted after close", textwrap.dedent("""
+    own = mujoco.MjModel.from_xml_string(XML.replace('0.002', '0.0021'))
+    s = mjbatch_jax.Simulator(own, num_threads=1)
+    x, p = s.init_state(N), s.params(N)
+    f = jax.jit(mjbatch_jax.step)
+    f(x, ctrl, p).block_until_ready()
+    s.close()
+    with mjbatch_jax.simulation_errors():
+      f(x, ctrl, p).block_until_ready()
+    """), ("raises", "ValueError", "closed")),
+  ("close twice", "sim.close(); sim.close(); assert sim.closed", ("ok",)),
+  ("params outlive their Simulator object", textwrap.dedent("""
+    p = mjbatch_jax.Simulator(m, num_threads=1).params(2, ("body_mass",))
+    s = mjbatch_jax.Simulator(m, num_threads=1).init_state(2)
+    gc.collect()
+    out = mjbatch_jax.step(s, jnp.zeros((2, m.nu)), p)
+    assert np.isfinite(np.asarray(out)).all()
+    """), ("ok",)),
+  # Dtypes, shapes, values.
+  ("float16 state", "mjbatch_jax.step(state.astype(jnp.float16), ctrl, params)",
+   ("raises", "ValueError", "float32 or float64")),
+  ("bfloat16 state", "mjbatch_jax.step(state.astype(jnp.bfloat16), ctrl, params)",
+   ("raises", "ValueError", "float32 or float64")),
+  ("int ctrl", "mjbatch_jax.step(state, ctrl.astype(jnp.int32), params)",
+   ("raises", "ValueError", "ctrl must be float32 or float64")),
+  ("complex state", "mjbatch_jax.step(state.astype(jnp.complex64), ctrl, params)",
+   ("raises", "ValueError", "float32 or float64")),
+  ("string state", "mjbatch_jax.step('abc', ctrl, params)",
+   ("raises", "ValueError", "state")),
+  ("0-d state", "mjbatch_jax.step(jnp.float64(1.0), ctrl, params)",
+   ("raises", "ValueError", "nstate")),
+  ("ctrl wrong shape", "mjbatch_jax.step(state, jnp.zeros((N, m.nu + 1)), params)",
+   ("raises", "ValueError", "ctrl must have shape")),
+  ("params leaf wrong shape",
+   "mjbatch_jax.step(state, ctrl, params.replace({'body_mass': jnp.ones((N, 2))}))",
+   ("raises", "ValueError", "body_mass")),
+  ("params not Params", "mjbatch_jax.step(state, ctrl, {'body_mass': 1.0})",
+   ("raises", "ValueError", "params must come from")),
+  ("params of another model", textwrap.dedent("""
+    other = mjbatch_jax.Simulator(mujoco.MjModel.from_xml_string(PILE), num_threads=1)
+    mjbatch_jax.step(state, ctrl, other.params(N))
+    """), ("raises", "ValueError", "nstate")),
+  ("N=0 with params fields", textwrap.dedent("""
+    p0 = params.replace({'body_mass': params['body_mass'][:0]})
+    out = mjbatch_jax.step(state[:0], ctrl[:0], p0)
+    assert out.shape == (0, sim.nstate)
+    states, sensors = mjbatch_jax.rollout(state[:0], ctrls[:0], p0)
+    assert states.shape == (0, 4, sim.nstate) and sensors.shape == (0, 4, m.nsensordata)
+    A, B = mjbatch_jax.transition_fd(state[:0], ctrl[:0], p0)
+    assert A.shape == (0, 2 * m.nv, 2 * m.nv)
+    g = jax.grad(lambda p: mjbatch_jax.step(state[:0], ctrl[:0], p).sum())(p0)
+    assert g['body_mass'].shape == (0, m.nbody)
+    """), ("ok",)),
+  ("N=1", "assert mjbatch_jax.step(state[:1], ctrl[:1], "
+   "params.replace({'body_mass': params['body_mass'][:1]})).shape == (1, sim.nstate)", ("ok",)),
+  ("NaN state is MuJoCo's bad-qpos warning and reset", textwrap.dedent("""
+    bad = state.at[1, sim.layout.qpos].set(jnp.nan)
+    out, warnings = mjbatch_jax.step(bad, ctrl, params, return_warnings=True)
+    assert np.isfinite(np.asarray(out)).all()
+    assert warnings[1].sum() > 0 and warnings[0].sum() == 0
+    """), ("ok",)),
+  ("NaN ctrl is MuJoCo's bad-ctrl warning", textwrap.dedent("""
+    out, warnings = mjbatch_jax.step(state, ctrl.at[2].set(jnp.nan), params,
+                                     return_warnings=True)
+    assert np.isfinite(np.asarray(out[:, sim.layout.qvel])).all()
+    assert warnings[2, int(mujoco.mjtWarning.mjWARN_BADCTRL)] == 1
+    assert warnings[:2].sum() == 0
+    """), ("ok",)),
+  ("Inf ctrl is clamped to the ctrlrange", textwrap.dedent("""
+    out = mjbatch_jax.step(state, ctrl.at[2].set(jnp.inf), params)
+    want = mjbatch_jax.step(state, ctrl.at[2].set(1.0), params)
+    np.testing.assert_array_equal(out[:, sim.layout.qvel], want[:, sim.layout.qvel])
+    """), ("ok",)),
+  ("NaN params mass", textwrap.dedent("""
+    out, warnings = mjbatch_jax.step(state, ctrl, params.replace(
+        {'body_mass': params['body_mass'].at[0].set(jnp.nan)}), return_warnings=True)
+    assert out.shape == state.shape
+    """), ("ok",)),
+  ("MuJoCo error names the sim", textwrap.dedent("""
+    pile = mujoco.MjModel.from_xml_string(PILE)
+    with mjbatch_jax.Simulator(pile, num_threads=1) as s:
+      rows = np.array(s.init_state(2))
+      for b in range(12):
+        rows[1, s.layout.qpos][7 * b : 7 * b + 3] = [0.05 * b, 0, 0.1 + 0.01 * b]
+      mjbatch_jax.step(jnp.asarray(rows), jnp.zeros((2, 0)), s.params(2))
+    """), ("raises", "SimulationError", "sim 1: mj_stackAlloc")),
+  ("errors do not leak batches", textwrap.dedent("""
+    pile = mujoco.MjModel.from_xml_string(PILE)
+    with mjbatch_jax.Simulator(pile, num_threads=1) as s:
+      rows = np.array(s.init_state(2))
+      for b in range(12):
+        rows[1, s.layout.qpos][7 * b : 7 * b + 3] = [0.05 * b, 0, 0.1 + 0.01 * b]
+      for _ in range(20):  # more than the engine's batches: a leaked one would hang here
+        try:
+          mjbatch_jax.step(jnp.asarray(rows), jnp.zeros((2, 0)), s.params(2))
+        except mjbatch_jax.SimulationError:
+          pass
+      out = mjbatch_jax.step(jnp.asarray(rows[:1]), jnp.zeros((1, 0)), s.params(1))
+      assert np.isfinite(np.asarray(out)).all()
+    """), ("ok",)),
+  # Derivatives.
+  ("transition_fd eps 0", "mjbatch_jax.transition_fd(state, ctrl, params, eps=0)",
+   ("raises", "ValueError", "eps")),
+  ("transition_fd eps NaN", "mjbatch_jax.transition_fd(state, ctrl, params, eps=float('nan'))",
+   ("raises", "ValueError", "eps")),
+  ("transition_fd eps -1 rows",
+   "mjbatch_jax.transition_fd(state, ctrl, params, eps=-1.0, method='rows')",
+   ("raises", "ValueError", "eps")),
+  ("transition_fd eps inf", "mjbatch_jax.transition_fd(state, ctrl, params, eps=float('inf'))",
+   ("raises", "ValueError", "eps")),
+  ("transition_fd method typo", "mjbatch_jax.transition_fd(state, ctrl, params, method='nativ')",
+   ("raises", "ValueError", "method")),
+  ("transition_fd centered string",
+   "mjbatch_jax.transition_fd(state, ctrl, params, centered='yes')",
+   ("raises", "ValueError", "centered")),
+  ("param_fd eps 0", "mjbatch_jax.param_fd(state, ctrl, params, eps=0)",
+   ("raises", "ValueError", "eps")),
+  ("step eps 0", "jax.jacfwd(lambda c: mjbatch_jax.step(state, c, params, eps=0.0))(ctrl)",
+   ("raises", "ValueError", "eps")),
+  ("RK4 native", textwrap.dedent("""
+    rk4 = mujoco.MjModel.from_xml_string(XML.replace('timestep="0.002"',
+                                                     'timestep="0.002" integrator="RK4"'))
+    with mjbatch_jax.Simulator(rk4, num_threads=1) as s:
+      mjbatch_jax.transition_fd(s.init_state(N), ctrl, s.params(N), method="native")
+    """), ("raises", "ValueError", "RK4")),
+  ("RK4 auto takes rows", textwrap.dedent("""
+    rk4 = mujoco.MjModel.from_xml_string(XML.replace('timestep="0.002"',
+                                                     'timestep="0.002" integrator="RK4"'))
+    with mjbatch_jax.Simulator(rk4, num_threads=1) as s:
+      A, B = mjbatch_jax.transition_fd(s.init_state(N), ctrl, s.params(N))
+      assert np.isfinite(np.asarray(A)).all() and np.abs(np.asarray(B)).max() > 0
+    """), ("ok",)),
+  ("hessian of step", "jax.hessian(lambda c: mjbatch_jax.step(state, c, params).sum())(ctrl)",
+   ("raises", "ValueError", "higher-order")),
+  ("jacfwd of jacrev of rollout", textwrap.dedent("""
+    f = lambda c: mjbatch_jax.rollout(state, c, params)[0].sum()
+    jax.jacfwd(jax.jacrev(f))(ctrls)
+    """), ("raises", "ValueError", "higher-order")),
+  ("grad through return_warnings",
+   "jax.grad(lambda c: mjbatch_jax.step(state, c, params, return_warnings=True)[0].sum())(ctrl)",
+   ("raises", "ValueError", "return_warnings")),
+  # forward: fields mj_forward does not compute are computed by the right call, or refused.
+  ("forward qfrc_inverse is mj_inverse", textwrap.dedent("""
+    s = state.at[:, sim.layout.qvel].set(jnp.asarray([[0.1, -0.2], [0.3, 0.0], [0.0, 1.0]]))
+    s = s.at[:, sim.layout.ctrl].set(jnp.asarray([[0.5], [-0.2], [0.9]]))
+    got = mjbatch_jax.forward(s, params, ("qfrc_inverse", "cacc", "subtree_linvel"))
+    for i in range(N):
+      d = mujoco.MjData(m)
+      mujoco.mj_setState(m, d, np.asarray(s[i]), mujoco.mjtState.mjSTATE_INTEGRATION)
+      mujoco.mj_forward(m, d)
+      mujoco.mj_rnePostConstraint(m, d)
+      mujoco.mj_subtreeVel(m, d)
+      np.testing.assert_array_equal(got["cacc"][i], d.cacc)
+      np.testing.assert_array_equal(got["subtree_linvel"][i], d.subtree_linvel)
+      mujoco.mj_inverse(m, d)
+      np.testing.assert_allclose(got["qfrc_inverse"][i], d.qfrc_inverse, atol=1e-12)
+      # The inverse of the forward dynamics: the applied (actuator) forces, not zeros.
+      np.testing.assert_allclose(got["qfrc_inverse"][i], d.qfrc_actuator, atol=1e-9)
+      assert np.abs(d.qfrc_actuator).max() > 1
+    """), ("ok",)),
+  ("forward qHDiagInv", "mjbatch_jax.forward(state, params, ('qHDiagInv',))",
+   ("raises", "ValueError", "mj_step")),
+  ("forward typo", "mjbatch_jax.forward(state, params, ('site_xposs',))",
+   ("raises", "ValueError", "site_xposs")),
+  ("forward arena field", "mjbatch_jax.forward(state, params, ('efc_force',))",
+   ("raises", "ValueError", "efc_force")),
+  ("forward int field", "mjbatch_jax.forward(state, params, ('warning',))",
+   ("raises", "ValueError", "warning")),
+  ("forward no fields", "mjbatch_jax.forward(state, params, ())",
+   ("raises", "ValueError", "non-empty")),
+  # Simulator arguments.
+  ("Simulator of a string", "mjbatch_jax.Simulator('model.xml')",
+   ("raises", "ValueError", "MjModel")),
+  ("params of an integer field", "sim.params(N, ('geom_type',))",
+   ("raises", "ValueError", "geom_type")),
+  ("params of an unknown field", "sim.params(N, ('body_masss',))",
+   ("raises", "ValueError", "body_masss")),
+  ("params num_sims 0", "sim.params(0)", ("raises", "ValueError", "num_sims")),
+  ("params num_sims bool", "sim.params(True)", ("raises", "ValueError", "num_sims")),
+  ("init_state keyframe out of range", "sim.init_state(N, keyframe=5)",
+   ("raises", "ValueError", "keyframe")),
+  # MuJoCo errors on the calling thread are trapped, and MuJoCo's Python errors still work.
+  ("calling-thread MuJoCo error trapped", textwrap.dedent("""
+    assert ext.trapped_error("boom") == "boom"
+    try:
+      mujoco.mj_stateSize(m, 1 << 30)
+    except Exception as e:
+      assert type(e).__name__ == "FatalError", type(e)
+    else:
+      raise AssertionError("no FatalError")
+    assert ext.trapped_error("again") == "again"
+    """), ("ok",)),
+  # Threads: concurrent calls are right and use a bounded number of threads.
+  ("concurrent calls bounded", textwrap.dedent("""
+    s2 = mjbatch_jax.Simulator(m, num_threads=2)
+    p2 = s2.params(64)
+    x0 = s2.init_state(64).at[:, s2.layout.qvel].set(0.1)
+    want = np.asarray(mjbatch_jax.step(x0, jnp.zeros((64, m.nu)), p2, nstep=20))
+    def threads():
+      with open("/proc/self/status") as f:
+        return int(next(l for l in f if l.startswith("Threads:")).split()[1])
+    peak, results, errors = [threads()], [], []
+    def work():
+      try:
+        for _ in range(5):
+          results.append(np.asarray(mjbatch_jax.step(x0, jnp.zeros((64, m.nu)), p2, nstep=20)))
+          peak.append(threads())
+      except Exception as e:
+        errors.append(e)
+    pool = [threading.Thread(target=work) for _ in range(8)]
+    for t in pool: t.start()
+    for t in pool: t.join()
+    assert not errors, errors
+    assert all(np.array_equal(r, want) for r in results) and len(results) == 40
+    slots = ext.engine_max_slots(s2.spec.engine)
+    # 8 Python threads, XLA's own pool, and at most `slots` batches of 2 threads (1 the caller).
+    assert max(peak) - peak[0] <= 8 + slots * 1 + 64, (peak, slots)
+    """), ("ok",)),
+]
+
+
+CHILD = r'''
+import json, sys, traceback
+cases = json.loads(sys.stdin.read())
+prelude = cases.pop(0)
+for name, code in cases:
+  print(json.dumps({"case": name, "start": True}), flush=True)
+  scope = {}
+  try:
+    exec(prelude, scope)
+    exec(code, scope)
+  except BaseException as e:
+    text = str(e) or traceback.format_exc()
+    result = {"case": name, "outcome": "raised", "type": type(e).__name__, "message": text[-2000:]}
+  else:
+    result = {"case": name, "outcome": "ok"}
+  print(json.dumps(result), flush=True)
+'''
+
+
+def _describe(returncode: int) -> str:
+  if returncode < 0:
+    try:
+      return f"killed by signal {signal.Signals(-returncode).name}"
+    except ValueError:
+      return f"killed by signal {-returncode}"
+  return f"the process exited with status {returncode}"
+
+
+def run_cases(cases: list[tuple[str, str]], timeout: float = 300) -> dict[str, dict]:
+  """Results by case name; a child that dies is replaced and the dead case says how it died."""
+  results: dict[str, dict] = {}
+  pending = list(cases)
+  env = dict(os.environ, PYTHONPATH=str(ROOT), JAX_PLATFORMS="cpu")
+  while pending:
+    payload = json.dumps([PRELUDE, *pending])
+    try:
+      proc = subprocess.run([sys.executable, "-c", CHILD], input=payload, capture_output=True,
+                            text=True, timeout=timeout, env=env, cwd=ROOT)
+      stdout, death = proc.stdout, (_describe(proc.returncode) if proc.returncode else None)
+    except subprocess.TimeoutExpired as e:
+      out = e.stdout or ""
+      stdout = out.decode() if isinstance(out, bytes) else out
+      death = f"hung for {timeout} s"
+    started = None
+    for line in stdout.splitlines():
+      if not line.startswith("{"):
+        continue
+      record = json.loads(line)
+      if record.get("start"):
+        started = record["case"]
+      else:
+        results[record["case"]] = record
+    if started is not None and started not in results:
+      results[started] = {"case": started, "outcome": "crashed", "message": death or "?"}
+    done = set(results)
+    rest = [c for c in pending if c[0] not in done]
+    if len(rest) == len(pending):  # nothing ran: report everything rather than loop forever
+      for name, _ in rest:
+        results[name] = {"case": name, "outcome": "crashed", "message": death or "no output"}
+      break
+    pending = rest
+  return results
+
+
+@pytest.fixture(scope="module")
+def results() -> dict[str, dict]:
+  return run_cases([(name, code) for name, code, _ in CASES])
+
+
+def test_names_are_unique():
+  names = [name for name, _, _ in CASES]
+  assert len(names) == len(set(names))
+
+
+@pytest.mark.parametrize("name,expect", [(name, expect) for name, _, expect in CASES],
+                         ids=[name for name, _, _ in CASES])
+def test_case(results, name, expect):
+  got = results[name]
+  assert got["outcome"] != "crashed", f"{name}: {got['message']}"
+  if expect[0] == "ok":
+    assert got["outcome"] == "ok", f"{name} raised {got.get('type')}: {got.get('message')}"
+    return
+  _, kind, pattern = expect
+  assert got["outcome"] == "raised", f"{name} raised nothing"
+  assert got["type"] == kind, f"{name} raised {got['type']}: {got['message']}"
+  import re
+
+  assert re.search(pattern, got["message"]), f"{name}: {got['message']!r} !~ {pattern!r}"
+
+
+def test_a_crash_is_reported_with_its_signal():
+  # The harness itself: a case that kills its process is a failure naming the signal, and the
+  # cases after it still run.
+  out = run_cases([
+    ("dies", "import os, signal; os.kill(os.getpid(), signal.SIGSEGV)"),
+    ("after", "x = 1"),
+  ])
+  assert out["dies"]["outcome"] == "crashed" and "SIGSEGV" in out["dies"]["message"]
+  assert out["after"]["outcome"] == "ok"
