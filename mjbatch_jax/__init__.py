@@ -9,21 +9,58 @@
 The numpy front end keeps the API of the mjbatch library: `from mjbatch_jax import Batch`.
 """
 
+import importlib
+from typing import TYPE_CHECKING, Any
+
 from mjbatch_jax import _extension  # noqa: F401  (checks the MuJoCo version first)
-from mjbatch_jax.batch import Batch
-from mjbatch_jax.derivatives import param_fd, transition_fd
+from mjbatch_jax.batch import Actuator, Batch, Body, Joint, Site
 from mjbatch_jax.errors import SimulationError
-from mjbatch_jax.functions import NWARNING, forward, rollout, simulation_errors, step
 from mjbatch_jax.layout import StateLayout
-from mjbatch_jax.params import Params
-from mjbatch_jax.simulator import Simulator
+
+if TYPE_CHECKING:
+  from mjbatch_jax.derivatives import param_fd, transition_fd
+  from mjbatch_jax.functions import NWARNING, forward, rollout, simulation_errors, step
+  from mjbatch_jax.params import Params
+  from mjbatch_jax.simulator import Simulator
+
+# The JAX front end, imported on first use: importing jax takes over a second, which a numpy
+# script that only wants Batch should not pay.
+_LAZY = {
+  "NWARNING": "mjbatch_jax.functions",
+  "Params": "mjbatch_jax.params",
+  "Simulator": "mjbatch_jax.simulator",
+  "forward": "mjbatch_jax.functions",
+  "param_fd": "mjbatch_jax.derivatives",
+  "rollout": "mjbatch_jax.functions",
+  "simulation_errors": "mjbatch_jax.functions",
+  "step": "mjbatch_jax.functions",
+  "transition_fd": "mjbatch_jax.derivatives",
+}
+
+
+def __getattr__(name: str) -> Any:
+  module = _LAZY.get(name)
+  if module is None:
+    raise AttributeError(f"module 'mjbatch_jax' has no attribute {name!r}")
+  value = getattr(importlib.import_module(module), name)
+  globals()[name] = value  # later lookups skip this function
+  return value
+
+
+def __dir__() -> list[str]:
+  return sorted(set(globals()) | set(_LAZY))
+
 
 __all__ = [
   "NWARNING",
+  "Actuator",
   "Batch",
+  "Body",
+  "Joint",
   "Params",
   "SimulationError",
   "Simulator",
+  "Site",
   "StateLayout",
   "forward",
   "param_fd",

@@ -4,22 +4,33 @@ Scripts written for the mjbatch library run unchanged after `from mjbatch_jax im
 physics, threads and per-simulation fields are `mujoco.batch.Batch`'s; this module adds what
 mjbatch promised on top of it: float32 and MjData-dtype bindings that are change-tracked copies,
 resets that keep pending writes, step histories with mj_step's auto-reset, caller-allocated ray
-and Jacobian queries, a lock per batch, and errors that name the simulation.
+and Jacobian queries, a lock per batch, errors that name the simulation, and checks that keep a
+bad argument or a bad per-simulation value from reaching MuJoCo. It uses only mujoco.batch's
+public API, checked at import.
 """
 
 from __future__ import annotations
 
+import difflib
 import os
 import threading
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
 import mujoco
-import mujoco.batch as _mjb
 import numpy as np
 import numpy.typing as npt
 
 from mjbatch_jax.errors import SimulationError
+
+try:
+  import mujoco.batch as _mjb
+except ImportError as e:
+  raise ImportError(
+    f"mjbatch_jax.Batch runs on mujoco.batch, which MuJoCo {mujoco.__version__} does not have;"
+    " install mujoco-core==4.0.0"
+  ) from e
 
 # mujoco's compiled modules ship no type stubs
 _mj: Any = mujoco
@@ -29,15 +40,162 @@ _STAGE_NONE = int(_mj.mjtStage.mjSTAGE_NONE)
 _STAGE_ACC = int(_mj.mjtStage.mjSTAGE_ACC)
 _STATE_SPEC = int(_mj.mjtState.mjSTATE_INTEGRATION)
 _CTRL_SPEC = int(_mj.mjtState.mjSTATE_CTRL)
+# the row components before the history buffers, whose ring-buffer cursors are checked
+_BEFORE_HISTORY = int(
+  _mj.mjtState.mjSTATE_TIME
+  | _mj.mjtState.mjSTATE_QPOS
+  | _mj.mjtState.mjSTATE_QVEL
+  | _mj.mjtState.mjSTATE_ACT
+)
 # enable bits whose bookkeeping lies outside the state rows
 _NONPURE_BITS = int(_mj.mjtEnableBit.mjENBL_SLEEP) | int(_mj.mjtEnableBit.mjENBL_IPC)
 _QPOS_WIDTH = {0: 7, 1: 4, 2: 1, 3: 1}  # by mjtJoint: free, ball, slide, hinge
 _DOF_WIDTH = {0: 6, 1: 3, 2: 1, 3: 1}
+_INT32_MAX = 2**31 - 1
+# Each thread of a batch is an OS thread with its own MjData, so a typo such as
+# num_threads=100000 would allocate gigabytes before anything ran; more than a few threads per
+# CPU never runs faster.
+_MAX_THREADS = min(1024, 4 * (os.cpu_count() or 1))
+
+
+def _check_mujoco_batch() -> None:
+  """Fail at import, naming the MuJoCo version, if mujoco.batch lacks the public API we call."""
+  methods = ("bind", "expand", "step", "forward", "reset", "set_const", "rollout", "ray", "jac")
+  missing = [f"Batch.{m}" for m in (*methods, "error") if not callable(getattr(_mjb.Batch, m, 0))]
+  missing += [f"Batch.{p}" for p in ("nstate", "nthread") if not hasattr(_mjb.Batch, p)]
+  missing += [n for n in ("DATA_FIELDS", "MODEL_FIELDS", "SimulationError") if not hasattr(_mjb, n)]
+  if missing:
+    raise ImportError(
+      f"mjbatch_jax.Batch needs mujoco.batch's {', '.join(missing)}, which MuJoCo "
+      f"{mujoco.__version__} does not have; install mujoco-core==4.0.0"
+    )
+
+
+_check_mujoco_batch()
+
+# MjData's dtype of eq_active, which the rows hold as mjtNum; the same for every model
+_EQ_ACTIVE_DTYPE = _mj.MjData(_mj.MjModel.from_xml_string("<mujoco/>")).eq_active.dtype
+
+
+# ------------------------------------------------------------------ expandable integer fields
+
+
+@dataclass(frozen=True)
+class _Allowed:
+  """The values an integer parameter may take: one of `values`, or a range [lo, hi]."""
+
+  values: tuple[int, ...] = ()
+  lo: int = -(2**31)
+  hi: int = _INT32_MAX
+  what: str = ""
+
+  def bad(self, a: np.ndarray) -> np.ndarray:
+    if self.values:
+      return ~np.isin(a, self.values)
+    return (a < self.lo) | (a > self.hi)
+
+  def describe(self) -> str:
+    if self.values:
+      return f"one of {list(self.values)}" + (f" ({self.what})" if self.what else "")
+    return f"in [{self.lo}, {self.hi}]" + (f" ({self.what})" if self.what else "")
+
+
+def _enum(enum: Any) -> _Allowed:
+  members = {k: int(v) for k, v in enum.__members__.items() if not k.startswith("mjN")}
+  return _Allowed(tuple(sorted(set(members.values()))), what=enum.__name__)
+
+
+def _flag_bits(enum: Any) -> _Allowed:
+  mask = 0
+  for k, v in enum.__members__.items():
+    if not k.startswith("mjN"):
+      mask |= int(v)
+  return _Allowed(lo=0, hi=mask, what=f"{enum.__name__} bits")
+
+
+_ANY = _Allowed()
+_CONDIM = _Allowed((1, 3, 4, 6), what="contact dimensionality")
+_COUNT = _Allowed(lo=0)
+
+# The integer (and bool) MjModel and MjOption fields that expand() accepts, and the values each
+# may take, checked before every call that runs MuJoCo on the simulations of the call.
+#
+# The rule: a float field is a parameter, and expandable; a bad float gives wrong physics or a
+# MuJoCo warning, never a read out of bounds. An integer field is structural unless listed
+# here: ids and indices into other arrays (*id, *_obj*, *_matid, *_dataid, pair_geom1/2),
+# addresses and counts (*adr, *num, *_rownnz, *_colind, B_*, D_*, M_*, map*), types and modes
+# (*type, *_mode, actuator_dyntype/gaintype/biastype, cam_projection, flex_selfcollide, ...),
+# and sizes that MjData was allocated with (actuator_history, sensor_history, sensor_intprm,
+# cam_resolution, ...). MuJoCo reads such a field as an index, or switches on it to choose
+# which arrays to read, so one simulation's wrong value reads or writes out of bounds; and no
+# model compiled from one spec differs in them anyway. The listed integers only select among
+# MuJoCo's own branches, count iterations, or filter collisions:
+_INT_PARAMS: dict[str, _Allowed] = {
+  # enums, each in its range (MuJoCo raises for some bad values, ignores others)
+  "opt.integrator": _enum(_mj.mjtIntegrator),
+  "opt.cone": _enum(_mj.mjtCone),
+  "opt.solver": _enum(_mj.mjtSolver),
+  "opt.jacobian": _enum(_mj.mjtJacobian),
+  "opt.enableflags": _flag_bits(_mj.mjtEnableBit),
+  "opt.disableflags": _flag_bits(_mj.mjtDisableBit),
+  "opt.disableactuator": _ANY,  # bits by actuator group; groups outside [0, 30] never match
+  # iteration counts; huge ones only take long...
+  "opt.iterations": _COUNT,
+  "opt.ls_iterations": _COUNT,
+  "opt.noslip_iterations": _COUNT,
+  "opt.sdf_iterations": _COUNT,
+  "opt.sdf_initpoints": _COUNT,
+  # ...but for the convex collider's, whose buffer size MuJoCo 4.0 computes in an int: beyond
+  # about 4.5 million it wraps around to a small buffer that the collider then overruns
+  "opt.ccd_iterations": _Allowed(lo=0, hi=1_000_000),
+  "geom_condim": _CONDIM,
+  "pair_dim": _CONDIM,
+  "flex_condim": _CONDIM,
+  # collision filter bit masks and priorities: any value only changes which pairs collide
+  "geom_contype": _ANY,
+  "geom_conaffinity": _ANY,
+  "body_contype": _ANY,
+  "body_conaffinity": _ANY,
+  "flex_contype": _ANY,
+  "flex_conaffinity": _ANY,
+  "geom_priority": _ANY,
+  "flex_priority": _ANY,
+  # groups: MuJoCo clamps a group into [0, mjNGROUP) or range-checks it before indexing
+  "actuator_group": _ANY,
+  "geom_group": _ANY,
+  "jnt_group": _ANY,
+  "site_group": _ANY,
+  "tendon_group": _ANY,
+  "flex_group": _ANY,
+  # flags (numpy bools, so 0 or 1)
+  "actuator_ctrllimited": _ANY,
+  "actuator_forcelimited": _ANY,
+  "actuator_actlimited": _ANY,
+  "actuator_actearly": _ANY,
+  "jnt_limited": _ANY,
+  "jnt_actfrclimited": _ANY,
+  "jnt_actgravcomp": _ANY,
+  "tendon_limited": _ANY,
+  "tendon_actfrclimited": _ANY,
+  "eq_active0": _ANY,
+  "geom_castshadow": _ANY,
+  "light_active": _ANY,
+  "light_castshadow": _ANY,
+  "mat_texuniform": _ANY,
+}
+
+
+# ------------------------------------------------------------------------------ named views
 
 
 @dataclass(frozen=True)
 class Joint:
-  """A joint's live (N, width) slices of qpos and qvel."""
+  """A joint's live (N, width) slices of qpos and qvel.
+
+  Example:
+    hinge = batch.joint("hinge")
+    hinge.qpos[:, 0] = 0.1  # a write to every simulation's row
+  """
 
   qpos: np.ndarray
   qvel: np.ndarray
@@ -45,7 +203,11 @@ class Joint:
 
 @dataclass(frozen=True)
 class Actuator:
-  """An actuator's live (N,) slices of ctrl and actuator_force."""
+  """An actuator's live (N,) slices of ctrl and actuator_force.
+
+  Example:
+    batch.actuator("servo").ctrl[:] = 0.5
+  """
 
   ctrl: np.ndarray
   force: np.ndarray
@@ -53,7 +215,11 @@ class Actuator:
 
 @dataclass(frozen=True)
 class Body:
-  """A body's live (N, ...) slices of xpos, xquat and cvel."""
+  """A body's live (N, ...) slices of xpos, xquat and cvel.
+
+  Example:
+    height = batch.body("torso").xpos[:, 2]
+  """
 
   xpos: np.ndarray
   xquat: np.ndarray
@@ -62,13 +228,17 @@ class Body:
 
 @dataclass(frozen=True)
 class Site:
-  """A site's live (N, ...) slices of site_xpos and site_xmat."""
+  """A site's live (N, ...) slices of site_xpos and site_xmat.
+
+  Example:
+    tip = batch.site("tip").xpos  # (N, 3)
+  """
 
   xpos: np.ndarray
   xmat: np.ndarray
 
 
-def _bits(a: np.ndarray) -> np.ndarray:
+def _bitwise(a: np.ndarray) -> np.ndarray:
   """a's elements as unsigned integers, so that comparisons are bitwise (NaN == NaN)."""
   return a.view(np.dtype(f"u{a.dtype.itemsize}"))
 
@@ -89,7 +259,7 @@ class _Copy:
   def push(self) -> None:
     if self.last is None:
       return
-    changed = _bits(self.arr) != _bits(self.last)
+    changed = _bitwise(self.arr) != _bitwise(self.last)
     if changed.any():
       self.src[changed] = self.arr[changed]
       self.last[changed] = self.arr[changed]
@@ -103,6 +273,15 @@ class _Copy:
       self.arr[sel] = self.src[sel]
       if self.last is not None:
         self.last[sel] = self.arr[sel]
+
+
+def _ran(call: Callable[..., Any], *args: Any) -> bool:
+  """Run a mujoco.batch call; whether a simulation raised (its status says which)."""
+  try:
+    call(*args)
+  except _mjb.SimulationError:
+    return True
+  return False
 
 
 class Batch:
@@ -125,13 +304,19 @@ class Batch:
   element by element where they changed since we last wrote them, before every call. Derived
   fields (xpos, sensordata, ...) are copied out after each call for the simulations of the call,
   one substep behind the state after step() as with mj_step, unless forward=True. expand()
-  gives model and option fields per-simulation values; set_const() makes the constants derived
-  from them per simulation. reset() keeps the simulation's pending writes (row elements written
-  since its last call) on top of the reset state. A MuJoCo error raises SimulationError naming
-  the first failing simulation, which keeps its state and pending writes; the others ran.
+  gives model and option parameters per-simulation values (structural integer fields, such as
+  ids, addresses and types, cannot vary); set_const() makes the constants derived from them per
+  simulation. reset() keeps the simulation's pending writes (row elements written since its last
+  call) on top of the reset state. A MuJoCo error raises SimulationError naming the first
+  failing simulation, which keeps its state and pending writes; the others ran.
+
+  Every bad argument raises ValueError before anything runs, and so does a per-simulation value
+  that MuJoCo would read out of bounds (an integer parameter outside its range, a history
+  buffer's cursor in a written row). After close() every method raises ValueError.
 
   Calls on one Batch are serialized by a lock; the GIL is released during the physics, so
-  several batches run at once.
+  several batches run at once. Writes to bound arrays from another thread while a call runs race
+  with it, as writes to an MjData during mj_step would.
   """
 
   def __init__(
@@ -142,12 +327,15 @@ class Batch:
     forward: bool = False,
     persistent: bool = False,
   ) -> None:
-    if int(num_sims) < 1:
-      raise ValueError(f"num_sims must be >= 1, got {num_sims}")
-    num_sims = int(num_sims)
-    threads = int(num_threads) if num_threads > 0 else (os.cpu_count() or 1)
+    if not isinstance(model, _mj.MjModel):
+      raise ValueError(f"model must be a mujoco.MjModel, got {type(model).__name__}")
+    num_sims = _int_arg("num_sims", num_sims, 1, _INT32_MAX)
+    num_threads = _int_arg(
+      "num_threads", num_threads, 0, _MAX_THREADS, " (0: one per CPU; at most 4 per CPU)"
+    )
+    threads = num_threads or (os.cpu_count() or 1)
     try:
-      self._mb = _mjb.Batch(model, num_sims, min(threads, num_sims), persistent)
+      self._mb = _mjb.Batch(model, num_sims, min(threads, num_sims), bool(persistent))
     except ValueError as e:
       if "sleep" in str(e):
         raise ValueError(
@@ -156,9 +344,9 @@ class Batch:
         ) from e
       raise
     self.model = model
-    self._raw = self._mb._b  # the binding; its calls release the GIL
     self._n = num_sims
     self._nstate = self._mb.nstate
+    self._nthread = self._mb.nthread
     self._persistent = bool(persistent)
     self._stage = _STAGE_ACC if forward else _STAGE_NONE
     self._lock = threading.Lock()
@@ -175,6 +363,9 @@ class Batch:
     # made only once the rows can be written, by a state binding
     self._shadow: np.ndarray | None = None
     self._enableflags: np.ndarray | None = None
+    # expanded integer parameters with a range, as (field, per-simulation values, range)
+    self._ranged: list[tuple[str, np.ndarray, _Allowed]] = []
+    self._cursors = _history_cursors(model)
     self._const_everywhere = False
 
   # ---------------------------------------------------------------------------- properties
@@ -185,7 +376,8 @@ class Batch:
 
   @property
   def num_threads(self) -> int:
-    return self._live().nthread
+    self._live()
+    return self._nthread
 
   @property
   def nstate(self) -> int:
@@ -199,18 +391,27 @@ class Batch:
   # ------------------------------------------------------------------------------ lifetime
 
   def close(self) -> None:
-    """Free the engine; later calls raise ValueError. Arrays already bound stay readable."""
+    """Free the engine; later calls raise ValueError, a second close() does nothing.
+
+    Arrays already bound stay readable (they keep their memory alive).
+
+    Example:
+      with Batch(model, 64) as batch:
+        batch.step()
+    """
     with self._lock:
+      if self._closed:
+        return
       self._closed = True
       self._state_copies, self._model_copies, self._output_copies = [], [], []
-      del self._mb, self._raw
+      self._ranged = []
+      del self._mb
 
   def __enter__(self) -> Batch:
     return self
 
   def __exit__(self, *exc: object) -> None:
-    if not self._closed:
-      self.close()
+    self.close()
 
   def _live(self) -> _mjb.Batch:
     if self._closed:
@@ -229,10 +430,15 @@ class Batch:
 
     Returns:
       The array; binding a field again returns the same array.
+
+    Example:
+      qpos = batch.bind("qpos")             # (num_sims, nq) float64, a view of the rows
+      xpos = batch.bind("xpos", np.float32)  # (num_sims, nbody, 3), refreshed after each call
     """
+    _check_name(name)
+    want = _dtype_arg(dtype)
     with self._lock:
       mb = self._live()
-      want = None if dtype is None else np.dtype(dtype)
       if name in self._bound:
         native, arr = self._bound[name]
         if (native if want is None else want) != arr.dtype:
@@ -257,11 +463,12 @@ class Batch:
       return np.dtype(np.int32), mb.warning
     if name not in _mjb.DATA_FIELDS:
       raise _bind_error(name)
-    if name in _mjb._STATE_FIELDS:
-      src = mb.bind(name)  # a strided view of the rows
+    src = mb.bind(name)
+    # mujoco.batch gives state fields as views of the rows, and outputs as read-only copies
+    if np.may_share_memory(src, self._state):
       self._ensure_shadow()
       # the rows hold eq_active as mjtNum; MjData, and so mjbatch, as bool
-      native = mb._data.eq_active.dtype if name == "eq_active" else src.dtype
+      native = _EQ_ACTIVE_DTYPE if name == "eq_active" else src.dtype
       dtype = native if want is None else want
       if dtype == src.dtype:
         return native, src
@@ -270,13 +477,10 @@ class Batch:
       copy = _Copy(src, dtype, is_input=True)
       self._state_copies.append(copy)
       return native, copy.arr
-    template = _mjb._template(mb._data, name)
-    raw = mb._b.output(name)
-    if raw is None or template is None:
-      raise _bind_error(name)
-    # mujoco.batch marks outputs read-only; mjbatch's are writable (a write is overwritten
-    # by the next call), so we view the raw storage ourselves
-    out = raw.view(template.dtype).reshape(self._n, *template.shape)
+    # mjbatch's outputs are writable (a write is overwritten by the next call): a writable
+    # view of the storage that mujoco.batch marks read-only
+    out = src.view()
+    out.flags.writeable = True
     if want is None or want == out.dtype:
       return out.dtype, out
     if not (out.dtype == _NUM and want == np.float32):
@@ -286,7 +490,13 @@ class Batch:
     return out.dtype, copy.arr
 
   def expand(self, name: str, dtype: npt.DTypeLike | None = None) -> np.ndarray:
-    """Give a model or option field per-simulation values; return them, (num_sims, ...).
+    """Give a model or option parameter per-simulation values; return them, (num_sims, ...).
+
+    Float fields and the integer parameters that only select among MuJoCo's branches (the
+    integrator, solver, cone, iteration counts, enable and disable flags, condim, contype,
+    conaffinity, priorities, groups, limited flags) are expandable; structural integer fields
+    (ids, addresses, counts, types) are not. Integer parameters are checked against their range
+    before every call.
 
     Args:
       name: an MjModel array ("body_mass", "geom_friction", ...) or an MjOption field, named
@@ -296,10 +506,16 @@ class Batch:
     Returns:
       The live array, seeded from the model: option scalars (num_sims,), vectors
       (num_sims, size). Call set_const() after changing a field that mj_setConst reads.
+
+    Example:
+      batch.expand("body_mass")[:, torso] *= rng.uniform(0.8, 1.2, batch.num_sims)
+      batch.set_const()
+      batch.expand("gravity")[:, 2] = -1.6
     """
+    _check_name(name)
+    want = _dtype_arg(dtype)
     with self._lock:
       mb = self._live()
-      want = None if dtype is None else np.dtype(dtype)
       if name in self._expanded:
         native, arr = self._expanded[name]
         if (native if want is None else want) != arr.dtype:
@@ -313,10 +529,18 @@ class Batch:
       if field not in _mjb.MODEL_FIELDS:
         if isinstance(getattr(self.model, name, None), np.ndarray):
           raise ValueError(f"{name} is asset data, shared by all simulations: not expandable")
-        raise ValueError(f"unknown model field {name}" + _mjb._hint(name, _mjb.MODEL_FIELDS))
+        raise ValueError(f"unknown model field {name}" + _did_you_mean(name, _mjb.MODEL_FIELDS))
+      if _is_integer(self.model, field) and field not in _INT_PARAMS:
+        raise ValueError(
+          f"{name} is a structural field (an index, address, count, type or size), it cannot "
+          "vary per simulation: a wrong value would make MuJoCo read out of bounds"
+        )
       src = mb.expand(field)
       if field == "opt.enableflags":
         self._enableflags = src
+      allowed = _INT_PARAMS.get(field, _ANY)
+      if allowed is not _ANY:
+        self._ranged.append((field, src, allowed))
       arr = src
       if want is not None and want != src.dtype:
         if not (src.dtype == _NUM and want == np.float32):
@@ -330,13 +554,15 @@ class Batch:
   # --------------------------------------------------------------------------- named views
 
   def sensor(self, name: str, dtype: npt.DTypeLike | None = None) -> np.ndarray:
-    """The (num_sims, dim) slice of sensordata for a sensor."""
+    """The (num_sims, dim) slice of sensordata for a sensor: `batch.sensor("gyro")`."""
+    self._live()
     s = self.model.sensor(name)
     adr, dim = int(s.adr[0]), int(s.dim[0])
     return self.bind("sensordata", dtype)[:, adr : adr + dim]
 
   def joint(self, name: str, dtype: npt.DTypeLike | None = None) -> Joint:
     """A joint's qpos and qvel: free 7 and 6, ball 4 and 3, slide and hinge 1 and 1."""
+    self._live()
     j = self.model.joint(name)
     kind, qadr, dadr = int(j.type[0]), int(j.qposadr[0]), int(j.dofadr[0])
     return Joint(
@@ -346,11 +572,13 @@ class Batch:
 
   def actuator(self, name: str, dtype: npt.DTypeLike | None = None) -> Actuator:
     """An actuator's ctrl and actuator_force."""
+    self._live()
     i = self.model.actuator(name).id
     return Actuator(self.bind("ctrl", dtype)[:, i], self.bind("actuator_force", dtype)[:, i])
 
   def body(self, name: str, dtype: npt.DTypeLike | None = None) -> Body:
     """A body's xpos, xquat and cvel."""
+    self._live()
     i = self.model.body(name).id
     return Body(
       self.bind("xpos", dtype)[:, i],
@@ -360,6 +588,7 @@ class Batch:
 
   def site(self, name: str, dtype: npt.DTypeLike | None = None) -> Site:
     """A site's site_xpos and site_xmat."""
+    self._live()
     i = self.model.site(name).id
     return Site(self.bind("site_xpos", dtype)[:, i], self.bind("site_xmat", dtype)[:, i])
 
@@ -369,101 +598,100 @@ class Batch:
     """Advance the simulations by nstep calls to mj_step each.
 
     Args:
-      ids: sorted unique int32/int64 ids, a bool mask of shape (num_sims,), or None for all.
-      nstep: substeps, >= 1.
+      ids: sorted unique integer ids, a bool mask of shape (num_sims,), or None for all.
+      nstep: substeps, an int in [1, 2**31).
       history: None, or a caller-allocated C-contiguous float64 array (n, nstep, nstate), n the
         number of simulations of the call, filled with each one's state row after every
         substep. The rows of a simulation that raises are undefined.
+
+    Example:
+      batch.step(nstep=5)
+      batch.step(np.flatnonzero(alive), history=np.empty((alive.sum(), 5, batch.nstate)))
     """
+    nstep = _int_arg("nstep", nstep, 1, _INT32_MAX)
     with self._lock:
-      self._live()
-      sel = _mjb._ids(ids, self._n)
-      if int(nstep) < 1:
-        raise ValueError(f"nstep must be >= 1, got {nstep}")
-      nstep = int(nstep)
+      mb = self._live()
+      sel = _ids(ids, self._n)
       if history is not None:
-        self._check_history(history, sel, nstep)
-      self._check_sleep(sel)
+        self._check_history_arg(history, sel, nstep)
       self._push()
+      self._check_inputs(sel)
       if history is not None:
         self._step_history(sel, nstep, history)
         return
-      nfail = self._raw.step(sel, nstep, self._stage)
-      self._after(sel, nfail)
+      self._after(sel, _ran(mb.step, sel, nstep, self._stage))
 
   def forward(self, ids: npt.ArrayLike | None = None) -> None:
-    """Run mj_forward on the simulations: derived fields become current with the state."""
+    """Run mj_forward on the simulations: derived fields become current with the state.
+
+    Example:
+      batch.bind("qpos")[:, 2] = 1.0
+      batch.forward()  # xpos, sensordata, ... now describe the new qpos
+    """
     with self._lock:
-      self._live()
-      sel = _mjb._ids(ids, self._n)
-      self._check_sleep(sel)
+      mb = self._live()
+      sel = _ids(ids, self._n)
       self._push()
-      self._after(sel, self._raw.forward(sel, _STAGE_ACC))
+      self._check_inputs(sel)
+      self._after(sel, _ran(mb.forward, sel, _STAGE_ACC))
 
   def reset(self, ids: npt.ArrayLike | None = None, keyframe: int = -1) -> None:
     """mj_resetData, or mj_resetDataKeyframe when keyframe >= 0, then mj_forward.
 
     Elements of a simulation's row written since its last call (pending writes, including
     float32 and eq_active copies) are applied on top of the reset state before mj_forward.
+
+    Example:
+      batch.reset(np.flatnonzero(fallen), keyframe=0)
     """
     with self._lock:
-      self._live()
-      sel = _mjb._ids(ids, self._n)
-      if isinstance(keyframe, bool) or not isinstance(keyframe, int | np.integer):
-        raise ValueError(f"keyframe must be an int, got {keyframe!r}")
-      if not -1 <= int(keyframe) < self.model.nkey:
-        raise ValueError(f"keyframe {keyframe} out of range [-1, {self.model.nkey})")
-      self._check_sleep(sel)
+      mb = self._live()
+      sel = _ids(ids, self._n)
+      keyframe = _int_arg("keyframe", keyframe, -1, self.model.nkey - 1)
       self._push()
-      key = (
-        None
-        if keyframe == -1
-        else np.full(self._n if sel is None else len(sel), keyframe, np.int32)
-      )
+      self._check_inputs(sel)
       pending = None
       if self._shadow is not None:
         rows = self._state if sel is None else self._state[sel]
         shadow = self._shadow if sel is None else self._shadow[sel]
-        written = _bits(rows) != _bits(shadow)
+        written = _bitwise(rows) != _bitwise(shadow)
         if written.any():
           pending = (written, rows.copy())
       if pending is None:
-        self._after(sel, self._raw.reset(sel, key, _STAGE_ACC))
+        self._after(sel, _ran(mb.reset, sel, keyframe, _STAGE_ACC))
         return
-      nfail = self._raw.reset(sel, key, _STAGE_NONE)
-      failed = self._failed(sel) if nfail else None
+      failed = self._failed(sel) if _ran(mb.reset, sel, keyframe, _STAGE_NONE) else None
       written, values = pending
       rows = self._state if sel is None else self._state[sel]
       if failed is not None:  # they kept their rows, writes included
-        keep = np.isin(np.arange(self._n) if sel is None else sel, failed)
+        keep = np.isin(self._all(sel), failed)
         written[keep] = False
       rows[written] = values[written]
       if sel is not None:
         self._state[sel] = rows
-      ok = (
-        sel
-        if failed is None
-        else np.setdiff1d(np.arange(self._n) if sel is None else sel, failed).astype(np.int32)
-      )
-      nfail2 = self._raw.forward(ok, _STAGE_ACC)
-      failed2 = self._failed(ok) if nfail2 else None
+      ok = sel if failed is None else np.setdiff1d(self._all(sel), failed).astype(np.int32)
+      failed2 = self._failed(ok) if _ran(mb.forward, ok, _STAGE_ACC) else None
       both = [f for f in (failed, failed2) if f is not None]
-      self._after(sel, 0, np.union1d(*both) if len(both) == 2 else (both[0] if both else None))
+      self._after(sel, False, np.union1d(*both) if len(both) == 2 else (both[0] if both else None))
 
   def set_const(self, ids: npt.ArrayLike | None = None) -> None:
     """Run mj_setConst per simulation: derived constants follow its expanded fields.
 
     The first call runs on every simulation, so that each one's constants agree with its own
     inputs once they become per simulation.
+
+    Example:
+      batch.expand("body_mass")[:, 1] = masses
+      batch.set_const()  # body_subtreemass, dof_invweight0, ... follow
     """
     with self._lock:
-      self._live()
-      sel = _mjb._ids(ids, self._n)
-      self._check_sleep(sel)
-      self._push()
+      mb = self._live()
+      sel = _ids(ids, self._n)
       if not self._const_everywhere:
         sel = None
-      nfail = self._raw.set_const(sel)
+      self._push()
+      self._check_inputs(sel)
+      nfail = _ran(mb.set_const, sel)
       self._const_everywhere = True
       failed = self._failed(sel) if nfail else None
       for c in self._model_copies:
@@ -487,17 +715,26 @@ class Batch:
   ) -> None:
     """mj_ray for every ray of every simulation, against its own geometry; a query.
 
+    Only the rows of simulations that succeed are written: if one raises (SimulationError),
+    its rows keep the caller's values.
+
     Args:
       pnt: (num_sims, nray, 3) origins in the world frame, float32 or float64.
       vec: directions, as pnt.
       dist: caller-allocated (num_sims, nray), of pnt's dtype: -1 where a ray hits nothing.
       geomid: None or caller-allocated (num_sims, nray) int32: the geom hit, or -1.
       normal: None or caller-allocated (num_sims, nray, 3) of pnt's dtype, zero for a miss.
-      geomgroup: None or mj_ray's six-entry uint8 mask.
+      geomgroup: None or mj_ray's (mjNGROUP,) = (6,) mask of integers in [0, 255]; a geom
+        counts if the entry of its group is nonzero.
       flg_static: whether static geoms count.
       bodyexclude: None or (nray,) int32 body ids whose geoms a ray ignores (-1: none).
       ids: which simulations' rows are computed; the others are left as they are.
+
+    Example:
+      dist = np.empty((batch.num_sims, nray))
+      batch.rays(pnt, vec, dist, geomgroup=[1, 1, 0, 0, 0, 0])
     """
+    self._live()
     n = self._n
     pnt, vec = np.asarray(pnt), np.asarray(vec)
     if pnt.ndim != 3 or pnt.shape[0] != n or pnt.shape[2] != 3 or pnt.dtype not in _FLOATS:
@@ -515,8 +752,12 @@ class Batch:
     group = None
     if geomgroup is not None:
       group = np.asarray(geomgroup)
-      if group.shape != (_mj.mjNGROUP,):
-        raise ValueError(f"geomgroup must have shape ({_mj.mjNGROUP},), got {group.shape}")
+      ngroup = int(_mj.mjNGROUP)
+      if group.shape != (ngroup,) or group.dtype.kind not in "biu":
+        raise ValueError(f"geomgroup must be ({ngroup},) integers, got {group.dtype} {group.shape}")
+      # mj_ray reads each entry as a byte, so 256 would wrap around to 0 (excluded)
+      if group.min() < 0 or group.max() > 255:
+        raise ValueError(f"geomgroup entries must be in [0, 255] (0: excluded), got {group}")
       group = np.ascontiguousarray(group, np.uint8)
     exclude = np.full(nray, -1, np.int32)
     if bodyexclude is not None:
@@ -528,36 +769,29 @@ class Batch:
       if be.size and (be.min() < -1 or be.max() >= self.model.nbody):
         raise ValueError(f"bodyexclude must be in [-1, nbody={self.model.nbody})")
       exclude = be.astype(np.int32)
+    static = bool(flg_static)
     with self._lock:
-      self._live()
-      sel = _mjb._ids(ids, n)
-      m = n if sel is None else len(sel)
-      if m == 0 or nray == 0:
+      mb = self._live()
+      sel = _ids(ids, n)
+      if (n if sel is None else len(sel)) == 0 or nray == 0:
         return
       self._push()  # a query sees the pending writes, and leaves them pending
-      take = (lambda a: a) if sel is None else (lambda a: a[sel])
-      d = np.empty((m, nray), _NUM)
-      g = np.empty((m, nray), np.int32)
-      nrm = None if normal is None else np.empty((m, nray, 3), _NUM)
-      nfail = self._raw.ray(
-        sel,
-        np.ascontiguousarray(take(pnt), _NUM),
-        np.ascontiguousarray(take(vec), _NUM),
-        group,
-        bool(flg_static),
-        np.ascontiguousarray(np.broadcast_to(exclude, (m, nray))),
-        d,
-        g,
-        nrm,
-      )
-      rows = slice(None) if sel is None else sel
-      dist[rows] = d
-      if geomid is not None:
-        geomid[rows] = g
-      if normal is not None and nrm is not None:
-        normal[rows] = nrm
-      if nfail:
-        self._raise(self._failed(sel))
+      self._check_inputs(sel)
+
+      def run(idx: np.ndarray | None) -> tuple[np.ndarray, ...]:
+        take = (lambda a: a) if idx is None else (lambda a: a[idx])
+        return mb.ray(take(pnt), take(vec), group, static, exclude, idx, normal is not None)
+
+      out, done, failed = self._query(run, sel)
+      if out is not None:
+        rows = slice(None) if done is None else done
+        dist[rows] = out[0]
+        if geomid is not None:
+          geomid[rows] = out[1]
+        if normal is not None:
+          normal[rows] = out[2]
+      if failed is not None:
+        self._raise(failed)
 
   def jac(
     self,
@@ -569,13 +803,20 @@ class Batch:
   ) -> None:
     """mj_jac for one world point per simulation, moving with a body; a query.
 
+    Only the rows of simulations that succeed are written, as with rays().
+
     Args:
       jacp: None or caller-allocated (num_sims, 3, nv) float32/float64: translational Jacobian.
       jacr: None or the same for the rotational Jacobian, of jacp's dtype.
       point: (num_sims, 3) points in the world frame, float32 or float64.
       body: (num_sims,) body ids.
       ids: which simulations' rows are computed.
+
+    Example:
+      jacp = np.empty((batch.num_sims, 3, model.nv))
+      batch.jac(jacp, None, batch.bind("site_xpos")[:, tip], np.full(batch.num_sims, hand))
     """
+    self._live()
     n, nv = self._n, self.model.nv
     first = jacp if jacp is not None else jacr
     dtype = first.dtype if isinstance(first, np.ndarray) and first.dtype in _FLOATS else _NUM
@@ -594,29 +835,26 @@ class Batch:
     if body.size and (body.min() < 0 or body.max() >= self.model.nbody):
       raise ValueError(f"body ids must be in [0, nbody={self.model.nbody})")
     with self._lock:
-      self._live()
-      sel = _mjb._ids(ids, n)
-      m = n if sel is None else len(sel)
-      if m == 0 or (jacp is None and jacr is None):
+      mb = self._live()
+      sel = _ids(ids, n)
+      if (n if sel is None else len(sel)) == 0 or (jacp is None and jacr is None):
         return
       self._push()
-      take = (lambda a: a) if sel is None else (lambda a: a[sel])
-      jp = None if jacp is None else np.empty((m, 3, nv), _NUM)
-      jr = None if jacr is None else np.empty((m, 3, nv), _NUM)
-      nfail = self._raw.jac(
-        sel,
-        np.ascontiguousarray(take(body), np.int32),
-        np.ascontiguousarray(take(point), _NUM),
-        jp,
-        jr,
-      )
-      rows = slice(None) if sel is None else sel
-      if jacp is not None and jp is not None:
-        jacp[rows] = jp
-      if jacr is not None and jr is not None:
-        jacr[rows] = jr
-      if nfail:
-        self._raise(self._failed(sel))
+      self._check_inputs(sel)
+
+      def run(idx: np.ndarray | None) -> tuple[np.ndarray, np.ndarray]:
+        take = (lambda a: a) if idx is None else (lambda a: a[idx])
+        return mb.jac(take(body), take(point), idx)
+
+      out, done, failed = self._query(run, sel)
+      if out is not None:
+        rows = slice(None) if done is None else done
+        if jacp is not None:
+          jacp[rows] = out[0]
+        if jacr is not None:
+          jacr[rows] = out[1]
+      if failed is not None:
+        self._raise(failed)
 
   # --------------------------------------------------------------------------------- JAX
 
@@ -624,7 +862,13 @@ class Batch:
     """A jax array copy of the (num_sims, nstate) state rows, pending writes included.
 
     float64 with jax_enable_x64 on, else float32 (rounded), as jnp makes of float64 data.
+
+    Example:
+      state = batch.to_jax()
+      state = jax.jit(mjbatch_jax.step)(state, ctrl, params)
+      batch.from_jax(state)
     """
+    self._live()
     import jax.numpy as jnp  # lazily: importing Batch must not import jax
 
     with self._lock:
@@ -633,16 +877,28 @@ class Batch:
       return jnp.array(self._state)
 
   def from_jax(self, state: Any) -> None:
-    """Write (num_sims, nstate) rows, e.g. from JAX; they are pending writes like any other."""
+    """Write (num_sims, nstate) rows, e.g. from JAX; they are pending writes like any other.
+
+    Example:
+      batch.from_jax(state)  # the rows of a jax (or numpy) array
+      batch.forward()
+    """
+    self._live()
     values = np.asarray(state)
-    if values.shape != (self._n, self._nstate):
-      raise ValueError(f"state must have shape ({self._n}, {self._nstate}), got {values.shape}")
+    if values.shape != (self._n, self._nstate) or values.dtype.kind not in "fiu":
+      raise ValueError(
+        f"state must be real numbers of shape ({self._n}, {self._nstate}), got {values.dtype}"
+        f" {values.shape}"
+      )
     with self._lock:
       self._live()
       self._ensure_shadow()
       self._state[...] = values
 
   # ----------------------------------------------------------------------------- internals
+
+  def _all(self, sel: np.ndarray | None) -> np.ndarray:
+    return np.arange(self._n, dtype=np.int32) if sel is None else sel
 
   def _ensure_shadow(self) -> None:
     # before the first state binding no row can have been written, so the rows are their
@@ -656,13 +912,60 @@ class Batch:
     for c in self._model_copies:
       c.push()
 
-  def _after(self, sel: np.ndarray | None, nfail: int, failed: np.ndarray | None = None) -> None:
+  def _check_inputs(self, sel: np.ndarray | None) -> None:
+    """Refuse a call whose simulations hold values MuJoCo would misread; after _push()."""
+    self._check_sleep(sel)
+    for field, values, allowed in self._ranged:
+      rows = values if sel is None else values[sel]
+      bad = allowed.bad(rows)
+      if bad.any():
+        at = tuple(int(k) for k in np.argwhere(bad)[0])
+        sim = at[0] if sel is None else int(sel[at[0]])
+        where = f"[{', '.join(map(str, at[1:]))}]" if len(at) > 1 else ""
+        raise ValueError(
+          f"sim {sim}: {field}{where} is {rows[at]}, but must be {allowed.describe()}"
+        )
+    if self._cursors is not None:
+      # a history buffer's cursor is an index that MuJoCo reads from the row as a float
+      cols, sizes = self._cursors
+      rows = self._state[:, cols] if sel is None else self._state[np.ix_(sel, cols)]
+      with np.errstate(invalid="ignore"):
+        ok = (rows >= 0) & (rows < sizes) & (rows == np.floor(rows))
+      if not ok.all():
+        r, c = (int(k) for k in np.argwhere(~ok)[0])
+        sim = r if sel is None else int(sel[r])
+        raise ValueError(
+          f"sim {sim}: state row element {cols[c]} is {rows[r, c]}, but it is a history "
+          f"buffer's cursor, an integer in [0, {sizes[c]}); write history rows MuJoCo made"
+        )
+
+  def _query(
+    self, run: Callable[[np.ndarray | None], Any], sel: np.ndarray | None
+  ) -> tuple[Any, np.ndarray | None, np.ndarray | None]:
+    """Run a query on sel: (its results or None, the ids they are for, the failed ids or None).
+
+    mujoco.batch raises without the results of the simulations that succeeded; a query is a
+    function of the rows alone, so it is run again on those.
+    """
+    try:
+      return run(sel), sel, None
+    except _mjb.SimulationError:
+      failed = self._failed(sel)
+    ok = np.setdiff1d(self._all(sel), failed).astype(np.int32)
+    if not len(ok):
+      return None, ok, failed
+    try:
+      return run(ok), ok, failed
+    except _mjb.SimulationError:
+      return None, ok[:0], np.union1d(failed, self._failed(ok)).astype(np.int32)
+
+  def _after(self, sel: np.ndarray | None, nfail: bool, failed: np.ndarray | None = None) -> None:
     """Bookkeeping after a call that consumed the rows of sel: shadow, copies, errors."""
     if nfail:
       failed = self._failed(sel)
     ok = sel
     if failed is not None and len(failed):
-      ok = np.setdiff1d(np.arange(self._n) if sel is None else sel, failed).astype(np.int32)
+      ok = np.setdiff1d(self._all(sel), failed).astype(np.int32)
     if self._shadow is not None:
       if ok is None:
         np.copyto(self._shadow, self._state)
@@ -676,7 +979,7 @@ class Batch:
       self._raise(failed)
 
   def _failed(self, sel: np.ndarray | None) -> np.ndarray:
-    idx = np.arange(self._n) if sel is None else sel
+    idx = self._all(sel)
     return idx[self._status[idx] != 0]
 
   def _raise(self, failed: np.ndarray) -> None:
@@ -700,7 +1003,7 @@ class Batch:
         "not part of the state rows, so they need Batch(..., persistent=True)"
       )
 
-  def _check_history(self, history: Any, sel: np.ndarray | None, nstep: int) -> None:
+  def _check_history_arg(self, history: Any, sel: np.ndarray | None, nstep: int) -> None:
     n = self._n if sel is None else len(sel)
     shape = (n, nstep, self._nstate)
     if (
@@ -718,20 +1021,24 @@ class Batch:
       raise ValueError(
         f"history must be a writable C-contiguous float64 array of shape {shape}, got {got}"
       )
+    if np.may_share_memory(history, self._state):
+      raise ValueError("history must not share memory with the state rows")
 
   def _step_history(self, sel: np.ndarray | None, nstep: int, history: np.ndarray) -> None:
     n = history.shape[0]
     if n == 0:
       return
-    idx = np.arange(self._n, dtype=np.int32) if sel is None else sel
-    warning = self._mb.warning
+    mb = self._mb
+    idx = self._all(sel)
+    warning = mb.warning
     before_rows = self._state[idx]
     before_warn = warning[idx]
-    # the raw binding wants plain strides; a size-1 axis may carry any stride in numpy
+    # MuJoCo wants plain strides; a size-1 axis may carry any stride in numpy
     buf = np.lib.stride_tricks.as_strided(
       history, strides=(nstep * self._nstate * 8, self._nstate * 8, 8)
     )
-    nfail = self._raw.rollout(sel, nstep, None, _CTRL_SPEC, [(None, _STATE_SPEC, buf)])
+    record = (_STATE_SPEC,)
+    nfail = _ran(mb.rollout, nstep, None, _CTRL_SPEC, record, sel, {_STATE_SPEC: buf})
     failed = self._failed(sel) if nfail else np.zeros(0, np.int32)
     # a rollout stops a simulation whose warnings rise; mj_step resets it and goes on, so
     # those simulations are redone from their pre-call rows, one substep at a time
@@ -744,7 +1051,7 @@ class Batch:
       warning[redo] = before_warn[pos]
       for k in range(nstep):
         stage = self._stage if k == nstep - 1 else _STAGE_NONE
-        if self._raw.step(redo, 1, stage):
+        if _ran(mb.step, redo, 1, stage):
           bad = self._failed(redo)
           keep = ~np.isin(redo, bad)
           self._state[bad] = before_rows[pos[~keep]]
@@ -758,18 +1065,107 @@ class Batch:
       # the redone ones ran their forward with their last substep
       if rose.any():
         done = np.setdiff1d(done, idx[np.flatnonzero(rose)]).astype(np.int32)
-      if len(done) and self._raw.forward(done, self._stage):
+      if len(done) and _ran(mb.forward, done, self._stage):
         failed = np.union1d(failed, self._failed(done)).astype(np.int32)
-    self._after(sel, 0, failed if len(failed) else None)
+    self._after(sel, False, failed if len(failed) else None)
 
+
+# --------------------------------------------------------------------------- argument checks
 
 _FLOATS = (np.dtype(np.float32), np.dtype(np.float64))
+
+
+def _int_arg(name: str, value: Any, lo: int, hi: int, note: str = "") -> int:
+  """value as an int in [lo, hi]: a Python or numpy integer, not a bool, float or string."""
+  if isinstance(value, bool) or not isinstance(value, int | np.integer):
+    raise ValueError(f"{name} must be an int in [{lo}, {hi}]{note}, got {value!r}")
+  if not lo <= value <= hi:
+    raise ValueError(f"{name} must be an int in [{lo}, {hi}]{note}, got {value}")
+  return int(value)
+
+
+def _ids(ids: npt.ArrayLike | None, n: int) -> np.ndarray | None:
+  """Validated int32 ids from integer ids or a bool mask; None for all.
+
+  Shape, dtype, range, order and uniqueness are checked before narrowing to int32, so that no
+  id is truncated or wrapped into a valid one.
+  """
+  if ids is None:
+    return None
+  a = np.asarray(ids)
+  if a.dtype == bool:
+    if a.shape != (n,):
+      raise ValueError(f"a bool mask of ids must have shape ({n},), got {a.shape}")
+    return None if a.all() else np.flatnonzero(a).astype(np.int32)
+  if a.ndim != 1:
+    raise ValueError(f"ids must be one-dimensional, got shape {a.shape}")
+  if a.size == 0:
+    return np.zeros(0, np.int32)
+  if a.dtype.kind not in "iu":
+    raise ValueError(f"ids must be integers, got {a.dtype}")
+  # compared, not subtracted, so that unsigned ids cannot wrap around
+  if a.size > 1 and not (a[1:] > a[:-1]).all():
+    k = int(np.flatnonzero(a[1:] <= a[:-1])[0])
+    raise ValueError(f"ids must be sorted and unique, got {a[k]} before {a[k + 1]}")
+  # sorted, so only the first and last can be out of range
+  if a[0] < 0 or a[-1] >= n:
+    raise ValueError(f"ids must be in [0, {n}), got {a[0] if a[0] < 0 else a[-1]}")
+  return np.ascontiguousarray(a, np.int32)
+
+
+def _check_name(name: Any) -> None:
+  if not isinstance(name, str):
+    raise ValueError(f"a field name must be a str, got {type(name).__name__}")
+
+
+def _dtype_arg(dtype: npt.DTypeLike | None) -> np.dtype | None:
+  if dtype is None:
+    return None
+  try:
+    return np.dtype(dtype)
+  except TypeError as e:
+    raise ValueError(f"dtype must be a numpy dtype such as np.float32, got {dtype!r}") from e
 
 
 def _check_out(name: str, a: Any, shape: tuple[int, ...], dtype: np.dtype) -> None:
   if not isinstance(a, np.ndarray) or a.shape != shape or a.dtype != dtype or not a.flags.writeable:
     got = f"{a.dtype} {a.shape}" if isinstance(a, np.ndarray) else type(a).__name__
     raise ValueError(f"{name} must be a writable {dtype} array of shape {shape}, got {got}")
+
+
+def _is_integer(model: Any, field: str) -> bool:
+  """Whether an MjModel or MjOption field holds integers (or bools)."""
+  value = getattr(model.opt, field[4:]) if field.startswith("opt.") else getattr(model, field)
+  return np.asarray(value).dtype.kind in "biu"
+
+
+def _history_cursors(model: Any) -> tuple[np.ndarray, np.ndarray] | None:
+  """The row columns of the history buffers' cursors and the buffers' sample counts, or None.
+
+  A buffer is [user slot, cursor, times (nsample), values (nsample * dim)], in the row's
+  history component; MuJoCo reads the cursor as an int and indexes the buffer with it.
+  """
+  if not model.nhistory:
+    return None
+  start = _mj.mj_stateSize(model, _BEFORE_HISTORY)
+  cols, sizes = [], []
+  for history, adr in (
+    (model.actuator_history, model.actuator_historyadr),
+    (model.sensor_history, model.sensor_historyadr),
+  ):
+    for (nsample, _), a in zip(history.reshape(-1, 2), adr, strict=True):
+      if nsample > 0:
+        cols.append(start + int(a) + 1)
+        sizes.append(int(nsample))
+  if not cols:
+    return None
+  return np.array(cols), np.array(sizes)
+
+
+def _did_you_mean(name: str, names: Iterable[str]) -> str:
+  """' (did you mean ...?)' listing close matches of name among names, or ''."""
+  close = difflib.get_close_matches(name, sorted(names), n=3)
+  return f" (did you mean {', '.join(map(repr, close))}?)" if close else ""
 
 
 def _bind_error(name: str) -> ValueError:
@@ -779,4 +1175,4 @@ def _bind_error(name: str) -> ValueError:
     return ValueError(f'{name} is an MjOption field; use expand("{name}")')
   if isinstance(getattr(_mj.MjModel, name, None), property):
     return ValueError(f'{name} is an MjModel field; use expand("{name}")')
-  return ValueError(f"unknown field {name}" + _mjb._hint(name, _mjb.DATA_FIELDS))
+  return ValueError(f"unknown field {name}" + _did_you_mean(name, _mjb.DATA_FIELDS))

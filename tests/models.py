@@ -5,10 +5,31 @@ from pathlib import Path
 
 import mujoco
 import numpy as np
+import pytest
 
 MODELS_DIR = Path(__file__).resolve().parents[1].parent / "shared" / "models"
 G1 = MODELS_DIR / "unitree_g1" / "scene.xml"
 GO1 = MODELS_DIR / "unitree_go1" / "scene.xml"
+
+MODELS_MISSING = (
+  f"robot models not found: the G1 and Go1 tests read MuJoCo Menagerie's unitree_g1 and "
+  f"unitree_go1 from {MODELS_DIR}, the folder ../shared/models beside the checkout (see the "
+  f"README.md there)"
+)
+# Skips a test, or with `pytestmark = requires_models` a file, when the robot models are absent.
+requires_models = pytest.mark.skipif(not (G1.exists() and GO1.exists()), reason=MODELS_MISSING)
+
+
+def robot(path: Path) -> Path:
+  """path; skips the calling test if it is a robot model under MODELS_DIR that is absent.
+
+  Example:
+    model = mujoco.MjModel.from_xml_path(str(robot(G1)))
+  """
+  if not path.exists() and MODELS_DIR in path.parents:
+    pytest.skip(MODELS_MISSING)
+  return path
+
 
 # A cart-pole, a vertical slider and a mocap body: actuators, sensors, sites, a tendon, an
 # inactive weld and a keyframe, all cheap to step.
@@ -128,9 +149,11 @@ SMOOTH_CARTPOLE = """
 </mujoco>
 """
 
+
 def load(model: str | Path) -> mujoco.MjModel:
+  """An inline model's XML or a model file; a robot model that is absent skips the test."""
   if isinstance(model, Path):
-    return mujoco.MjModel.from_xml_path(str(model))
+    return mujoco.MjModel.from_xml_path(str(robot(model)))
   return mujoco.MjModel.from_xml_string(model)
 
 

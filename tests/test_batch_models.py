@@ -9,10 +9,9 @@ import numpy as np
 import pytest
 
 from mjbatch_jax import Batch
-from tests.models import MODELS_DIR
+from tests.models import G1, GO1, requires_models
 
-G1 = MODELS_DIR / "unitree_g1" / "scene.xml"
-GO1 = MODELS_DIR / "unitree_go1" / "scene.xml"
+pytestmark = requires_models
 NSIM, NSTEP = 3, 200
 
 
