@@ -88,14 +88,33 @@ Status Call(Fn fn) {
   return Status::InvalidArgument("MuJoCo: " + error);
 }
 
+// Fields that mj_forward leaves alone, and the call that computes them after it.
+enum class Extra { kNone, kSubtreeVel, kRnePost, kInverse };
+
+Extra ExtraStage(std::string_view name) {
+  if (name == "subtree_linvel" || name == "subtree_angmom") return Extra::kSubtreeVel;
+  if (name == "cacc" || name == "cfrc_int" || name == "cfrc_ext") return Extra::kRnePost;
+  if (name == "qfrc_inverse") return Extra::kInverse;
+  return Extra::kNone;
+}
+
+template <typename T>
+void CopyField(const DataField& field, const mjData* d, T* out, int sim) {
+  mjtNum* values;
+  std::memcpy(&values, reinterpret_cast<const char*>(d) + field.offset, sizeof(values));
+  Convert(out + static_cast<std::size_t>(sim) * field.size, values, field.size);
+}
+
 template <typename T>
 struct RolloutArgs {
   const T* ctrls;
   T* states;
-  T* sensordata;
+  T* sensordata;  // may be nullptr
   int32_t* warnings;
   int nknot;
   int nstep;
+  const Observation<T>* observe;  // may be nullptr
+  bool subtree_vel, rne_post, inverse;
 };
 
 // mjb_apply function: the rollout of one simulation. No C++ objects live here, since a MuJoCo
@@ -112,7 +131,31 @@ void RolloutSim(const mjModel* m, mjData* d, int sim, void* arg) {
     for (int s = 0; s < a->nstep; ++s) mj_step(m, d);
     mj_getState(m, d, row, mjSTATE_INTEGRATION);
     Convert(a->states + knot * nstate, row, nstate);
-    Convert(a->sensordata + knot * m->nsensordata, d->sensordata, m->nsensordata);
+    if (a->sensordata) {
+      Convert(a->sensordata + knot * m->nsensordata, d->sensordata, m->nsensordata);
+    }
+    if (a->observe) {
+      // At the new state: mj_forward reads the row and writes only derived fields, none of
+      // which the next mj_step reads (it starts with its own mj_forward), so the trajectory is
+      // the same with or without it.
+      if (a->observe->new_state) {
+        mj_forward(m, d);
+        if (a->subtree_vel) mj_subtreeVel(m, d);
+        if (a->rne_post) mj_rnePostConstraint(m, d);
+      }
+      const std::vector<DataField>& fields = *a->observe->fields;
+      for (std::size_t f = 0; f < fields.size(); ++f) {
+        if (ExtraStage(fields[f].name) == Extra::kInverse) continue;
+        CopyField(fields[f], d, (*a->observe->outputs)[f], static_cast<int>(knot));
+      }
+      if (a->inverse) {
+        mj_inverse(m, d);
+        for (std::size_t f = 0; f < fields.size(); ++f) {
+          if (ExtraStage(fields[f].name) != Extra::kInverse) continue;
+          CopyField(fields[f], d, (*a->observe->outputs)[f], static_cast<int>(knot));
+        }
+      }
+    }
   }
   mj_freeStack(d);
   if (a->warnings) {
@@ -122,29 +165,12 @@ void RolloutSim(const mjModel* m, mjData* d, int sim, void* arg) {
   }
 }
 
-// Fields that mj_forward leaves alone, and the call that computes them after it.
-enum class Extra { kNone, kSubtreeVel, kRnePost, kInverse };
-
-Extra ExtraStage(std::string_view name) {
-  if (name == "subtree_linvel" || name == "subtree_angmom") return Extra::kSubtreeVel;
-  if (name == "cacc" || name == "cfrc_int" || name == "cfrc_ext") return Extra::kRnePost;
-  if (name == "qfrc_inverse") return Extra::kInverse;
-  return Extra::kNone;
-}
-
 template <typename T>
 struct ForwardArgs {
   const std::vector<DataField>* fields;
   const std::vector<T*>* outputs;
   bool subtree_vel, rne_post, inverse;
 };
-
-template <typename T>
-void CopyField(const DataField& field, const mjData* d, T* out, int sim) {
-  mjtNum* values;
-  std::memcpy(&values, reinterpret_cast<const char*>(d) + field.offset, sizeof(values));
-  Convert(out + static_cast<std::size_t>(sim) * field.size, values, field.size);
-}
 
 template <typename T>
 void ForwardSim(const mjModel* m, mjData* d, int sim, void* arg) {
@@ -501,24 +527,61 @@ Status Engine::Step(const Inputs<T>& in, int nstep, T* state_out, int32_t* warni
 
 template <typename T>
 Status Engine::Rollout(const Inputs<T>& in, int nknot, int nstep, const T* ctrls,
-                       T* states_out, T* sensordata_out, int32_t* warnings) {
+                       T* states_out, T* sensordata_out, int32_t* warnings,
+                       const Observation<T>* observe) {
   if (nstep < 1 || nknot < 0) return Status::InvalidArgument("need nstep >= 1 and nknot >= 0");
+  bool subtree_vel = false, rne_post = false, inverse = false;
+  if (observe) {
+    if (observe->fields->size() != observe->outputs->size()) {
+      return Status::InvalidArgument("observe needs one output per field");
+    }
+    for (const DataField& field : *observe->fields) {
+      Extra extra = ExtraStage(field.name);
+      subtree_vel |= extra == Extra::kSubtreeVel;
+      rne_post |= extra == Extra::kRnePost;
+      inverse |= extra == Extra::kInverse;
+    }
+  }
   Status first_failure;
+  std::vector<T*> chunk_outputs;
+  Observation<T> chunk_observe;
   Status status = Run(in, [&](Slot* slot, std::size_t start, int count) {
     const std::size_t knots = start * nknot;
+    if (observe) {
+      chunk_outputs.clear();
+      for (std::size_t f = 0; f < observe->fields->size(); ++f) {
+        chunk_outputs.push_back((*observe->outputs)[f] + knots * (*observe->fields)[f].size);
+      }
+      chunk_observe = {observe->fields, &chunk_outputs, observe->new_state};
+    }
     RolloutArgs<T> args{ctrls + knots * model_->nu,
                         states_out + knots * nstate_,
-                        sensordata_out + knots * model_->nsensordata,
+                        sensordata_out ? sensordata_out + knots * model_->nsensordata : nullptr,
                         warnings ? warnings + start * mjNWARNING : nullptr,
                         nknot,
-                        nstep};
+                        nstep,
+                        observe ? &chunk_observe : nullptr,
+                        subtree_vel,
+                        rne_post,
+                        inverse};
     const int* ids = count == slot->capacity ? nullptr : slot->ids.data();
     int nfail = 0;
     Status call = Call([&] {
       nfail = mjb_apply(slot->batch, ids, count, RolloutSim<T>, &args, /*save=*/0);
     });
     if (!call.ok()) return call;
-    if (nfail && first_failure.ok()) first_failure = Failure(slot, start, count, nfail);
+    if (nfail) {
+      // A failed simulation's knots are its input row, as step gives a failed one back.
+      const int* failed = mjb_status(slot->batch);
+      for (int i = 0; i < count; ++i) {
+        if (!failed[i]) continue;
+        for (int k = 0; k < nknot; ++k) {
+          std::memcpy(states_out + ((start + i) * nknot + k) * nstate_,
+                      in.state + (start + i) * nstate_, nstate_ * sizeof(T));
+        }
+      }
+      if (first_failure.ok()) first_failure = Failure(slot, start, count, nfail);
+    }
     return Status();
   });
   return status.ok() ? first_failure : status;
@@ -698,7 +761,8 @@ Status Engine::FiniteDifference(const Inputs<T>& in, int nstep, const Perturbati
 
 #define MJBATCH_JAX_INSTANTIATE(T)                                                            \
   template Status Engine::Step<T>(const Inputs<T>&, int, T*, int32_t*);                       \
-  template Status Engine::Rollout<T>(const Inputs<T>&, int, int, const T*, T*, T*, int32_t*); \
+  template Status Engine::Rollout<T>(const Inputs<T>&, int, int, const T*, T*, T*, int32_t*,  \
+                                     const Observation<T>*);                                  \
   template Status Engine::Forward<T>(const Inputs<T>&, const std::vector<DataField>&,         \
                                      const std::vector<T*>&);                                 \
   template Status Engine::TransitionFD<T>(const Inputs<T>&, double, bool, T*, T*, T*, T*);    \

@@ -46,6 +46,17 @@ struct Inputs {
   const std::vector<ParamField>* fields = nullptr;  // nullptr or empty: the model's values
 };
 
+// mjData fields that Rollout copies out after each knot, outputs[f] being
+// n x nknot x fields[f].size: at the new state (mj_forward after the knot's last substep, and
+// the extra calls some fields need, see Forward) or as mj_step left them (computed at the state
+// before its last substep, MuJoCo's in-step values, at no extra cost).
+template <typename T>
+struct Observation {
+  const std::vector<DataField>* fields = nullptr;
+  const std::vector<T*>* outputs = nullptr;
+  bool new_state = true;
+};
+
 // What FiniteDifference perturbs and how.
 struct Perturbation {
   // Entries of a simulation's input vector (its row with the call's ctrl written in, then its
@@ -92,11 +103,12 @@ class Engine {
   Status Step(const Inputs<T>& in, int nstep, T* state_out, int32_t* warnings);
 
   // Advance each simulation through nknot knots of nstep substeps, knot k with controls
-  // ctrls[sim, k] (n x nknot x nu), recording the rows (n x nknot x nstate) and sensordata
-  // (n x nknot x nsensordata) after each knot. in.ctrl is unused.
+  // ctrls[sim, k] (n x nknot x nu), recording the rows (n x nknot x nstate), sensordata
+  // (n x nknot x nsensordata, unless nullptr) and the observed fields after each knot. in.ctrl
+  // is unused. A simulation that fails gets its input row in every knot.
   template <typename T>
   Status Rollout(const Inputs<T>& in, int nknot, int nstep, const T* ctrls, T* states_out,
-                 T* sensordata_out, int32_t* warnings);
+                 T* sensordata_out, int32_t* warnings, const Observation<T>* observe = nullptr);
 
   // Run mj_forward on each simulation (and the extra stages that some fields need) and copy the
   // fields out, outputs[f] being n x fields[f].size.

@@ -1,9 +1,13 @@
 // rollout(state (..., nstate), ctrls (..., T, nu), params (..., P)) -> (states (..., T, nstate),
-//   sensordata (..., T, nsensordata), warnings (..., mjNWARNING) int32). Attributes as step.
+//   sensordata (..., T, nsensordata), warnings (..., mjNWARNING) int32, then one
+//   (..., T, size) array per observed field). Attributes: engine, nstep, fields as step;
+//   observe ("name,name,...", may be empty) and observe_new (at the new state, or in-step).
 #include <atomic>
 #include <climits>
 #include <cstdint>
+#include <string>
 #include <string_view>
+#include <vector>
 
 #include "ffi_common.h"
 #include "handlers.h"
@@ -16,17 +20,31 @@ std::atomic<int64_t> calls{0};
 template <typename T>
 ffi::Error Run(const Common& c, const ffi::AnyBuffer& state, const ffi::AnyBuffer& ctrls,
                const ffi::AnyBuffer& params, ffi::AnyBuffer& states_out,
-               ffi::AnyBuffer& sensordata_out, int32_t* warnings, int nknot, int nstep) {
+               ffi::AnyBuffer& sensordata_out, int32_t* warnings, int nknot, int nstep,
+               const std::vector<DataField>& fields, ffi::RemainingRets& rets, bool new_state) {
+  std::vector<T*> outputs;
+  for (std::size_t i = 0; i < fields.size(); ++i) {
+    auto ret = rets.get<ffi::AnyBuffer>(i);
+    if (ret.has_error()) return ret.error();
+    ffi::AnyBuffer out = **ret;
+    std::string what = "observed '" + fields[i].name + "'";
+    std::size_t width = static_cast<std::size_t>(nknot) * fields[i].size;
+    if (auto e = CheckBuffer(c, out, width, c.n, what.c_str()); e.failure()) return e;
+    outputs.push_back(Data<T>(out));
+  }
+  Observation<T> observe{&fields, &outputs, new_state};
   Inputs<T> in = MakeInputs<T>(c, state, nullptr, params);
   return ToError(c.engine->Rollout(in, nknot, nstep, Data<const T>(ctrls), Data<T>(states_out),
-                                   Data<T>(sensordata_out), warnings));
+                                   Data<T>(sensordata_out), warnings,
+                                   fields.empty() ? nullptr : &observe));
 }
 
 ffi::Error Impl(ffi::AnyBuffer state, ffi::AnyBuffer ctrls, ffi::AnyBuffer params,
                 ffi::Result<ffi::AnyBuffer> states_out,
                 ffi::Result<ffi::AnyBuffer> sensordata_out,
-                ffi::Result<ffi::Buffer<ffi::S32>> warnings, int64_t engine, int64_t nstep,
-                std::string_view fields) {
+                ffi::Result<ffi::Buffer<ffi::S32>> warnings, ffi::RemainingRets observed,
+                int64_t engine, int64_t nstep, std::string_view fields,
+                std::string_view observe, bool observe_new) {
   return Guarded(calls, [&]() -> ffi::Error {
     Common c;
     int substeps = 0;
@@ -50,12 +68,22 @@ ffi::Error Impl(ffi::AnyBuffer state, ffi::AnyBuffer ctrls, ffi::AnyBuffer param
     if (warnings->element_count() != c.n * mjNWARNING) {
       return InvalidArgument("warnings must have mjNWARNING values per simulation");
     }
+    std::vector<DataField> observe_fields;
+    for (std::string_view name : Split(observe)) {
+      DataField field;
+      std::string error;
+      if (!c.engine->FindDataField(name, &field, &error)) return InvalidArgument(error);
+      observe_fields.push_back(field);
+    }
+    if (observe_fields.size() != observed.size()) {
+      return InvalidArgument("rollout needs one result per observed field");
+    }
     int32_t* counts = warnings->typed_data();
     int knots = static_cast<int>(nknot);
     return c.f64 ? Run<double>(c, state, ctrls, params, *states_out, *sensordata_out, counts,
-                               knots, substeps)
+                               knots, substeps, observe_fields, observed, observe_new)
                  : Run<float>(c, state, ctrls, params, *states_out, *sensordata_out, counts,
-                              knots, substeps);
+                              knots, substeps, observe_fields, observed, observe_new);
   });
 }
 
@@ -67,9 +95,12 @@ XLA_FFI_DEFINE_HANDLER(kHandler, Impl,
                            .Ret<ffi::AnyBuffer>()
                            .Ret<ffi::AnyBuffer>()
                            .Ret<ffi::Buffer<ffi::S32>>()
+                           .RemainingRets()
                            .Attr<int64_t>("engine")
                            .Attr<int64_t>("nstep")
-                           .Attr<std::string_view>("fields"));
+                           .Attr<std::string_view>("fields")
+                           .Attr<std::string_view>("observe")
+                           .Attr<bool>("observe_new"));
 
 }  // namespace
 

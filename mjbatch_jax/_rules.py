@@ -253,3 +253,73 @@ def _forward_jvp(
 
 
 forward.defjvp(_forward_jvp, symbolic_zeros=True)
+
+
+# ---------------------------------------------------------------------------------------------
+# step and rollout with observations at the new state
+#
+# The primal is one fused call (the observations come from mj_forward inside the same custom
+# call as the step); a derivative is the step's (or rollout's) rule followed by forward's rule at
+# the new states, which is what the fused call computes.
+
+
+@functools.partial(jax.custom_jvp, nondiff_argnums=(3, 4, 5, 6, 7, 8))
+def step_observed(
+  state: jax.Array, ctrl: jax.Array, flat: jax.Array, spec: SimSpec, nstep: int,
+  eps: float | None, centered: bool, names: tuple[str, ...], sizes: tuple[int, ...],
+) -> Any:
+  """(new state, observations at it) on checked inputs (see mjbatch_jax.step)."""
+  states, _, _, *observed = _ffi.rollout.call(
+    state, ctrl[..., None, :], flat, spec, nstep, observe=names, observe_sizes=sizes
+  )
+  return states[..., 0, :], tuple(o[..., 0, :] for o in observed)
+
+
+def _step_observed_jvp(
+  spec: SimSpec, nstep: int, eps: float | None, centered: bool, names: tuple[str, ...],
+  sizes: tuple[int, ...], primals: tuple, tangents: tuple,
+) -> tuple:
+  new, t_new = _step_jvp(spec, nstep, eps or DEFAULT_EPS, centered, primals, tangents)
+  flat, t_flat = primals[2], tangents[2]
+  observed, t_observed = _forward_jvp(spec, names, sizes, eps, (new, flat), (t_new, t_flat))
+  return (new, tuple(observed)), (t_new, tuple(t_observed))
+
+
+step_observed.defjvp(_step_observed_jvp, symbolic_zeros=True)
+
+
+@functools.partial(jax.custom_jvp, nondiff_argnums=(3, 4, 5, 6, 7, 8))
+def rollout_observed(
+  state: jax.Array, ctrls: jax.Array, flat: jax.Array, spec: SimSpec, nstep: int,
+  eps: float | None, centered: bool, names: tuple[str, ...], sizes: tuple[int, ...],
+) -> Any:
+  """(states, sensordata, observations after each knot) on checked inputs."""
+  states, sensordata, _, *observed = _ffi.rollout.call(
+    state, ctrls, flat, spec, nstep, observe=names, observe_sizes=sizes
+  )
+  return states, sensordata, tuple(observed)
+
+
+def _rollout_observed_jvp(
+  spec: SimSpec, nstep: int, eps: float | None, centered: bool, names: tuple[str, ...],
+  sizes: tuple[int, ...], primals: tuple, tangents: tuple,
+) -> tuple:
+  (states, sensordata), (t_states, t_sensordata) = _rollout_jvp(
+    spec, nstep, eps or DEFAULT_EPS, centered, primals, tangents
+  )
+  flat, t_flat = primals[2], tangents[2]
+  nknot = states.shape[-2]
+
+  def per_knot(x: Any) -> Any:  # (..., P) -> (..., T, P), as each knot's params
+    if _is_zero(x):
+      return x
+    return jnp.broadcast_to(x[..., None, :], (*x.shape[:-1], nknot, x.shape[-1]))
+
+  # A symbolic zero t_flat stays one: forward's rule never reads its shape.
+  observed, t_observed = _forward_jvp(
+    spec, names, sizes, eps, (states, per_knot(flat)), (t_states, per_knot(t_flat))
+  )
+  return (states, sensordata, tuple(observed)), (t_states, t_sensordata, tuple(t_observed))
+
+
+rollout_observed.defjvp(_rollout_observed_jvp, symbolic_zeros=True)

@@ -37,6 +37,8 @@ def step(
   return_warnings: bool = False,
   eps: float | None = None,
   centered: bool = False,
+  observe: Sequence[str] = (),
+  observe_at: str = "new",
 ) -> Any:
   """Advance each simulation by nstep calls to mj_step with its ctrl; return the new state.
 
@@ -57,15 +59,40 @@ def step(
     eps: the finite-difference step of derivatives (default 1e-6, on float64 rows whatever the
       arrays' dtype).
     centered: centred instead of forward differences for derivatives (twice the rows).
+    observe: mjData fields to return with the new state, computed inside the same custom call
+      (the names `forward` takes: "sensordata", "site_xpos", "xquat", "cvel", "qacc", ...).
+    observe_at: "new": as mj_forward computes them on the new state, after the last substep
+      (what `forward(new_state)` returns, at the cost of one more mj_forward per simulation; the
+      new state is the same bit for bit). "step": as they stand in MjData right after mj_step,
+      computed at the state before its last substep (what MJX and MuJoCo Playground read), at
+      no extra cost; not differentiable.
 
   Returns:
-    The new state, or (state, warnings).
+    The new state; with observe, (state, dict of fields); with return_warnings, warnings last.
 
   Example:
     state = jax.jit(mjbatch_jax.step)(state, ctrl, params)
+    state, obs = mjbatch_jax.step(state, ctrl, params, nstep=5, observe=("sensordata",))
   """
-  state, ctrl, flat, spec, _ = _checks.checked_inputs(state, ctrl, params, nstep)
+  state, ctrl, flat, spec, lead = _checks.checked_inputs(state, ctrl, params, nstep)
   h, centered = _derivative_options(eps, centered)
+  if observe:
+    names, shapes, sizes, new = _observation(spec, observe, observe_at)
+    with _converted(state):
+      if return_warnings or not new:
+        why = _WARNINGS_NOT_DIFFERENTIABLE.format(name="step") if return_warnings else _IN_STEP
+        states, _, warnings, *observed = _ffi.rollout.call(
+          state, ctrl[..., None, :], flat, spec, nstep, why, names, sizes, new
+        )
+        new_state, observed = states[..., 0, :], [o[..., 0, :] for o in observed]
+      else:
+        warnings = None
+        new_state, observed = _rules.step_observed(
+          state, ctrl, flat, spec, int(nstep), h, centered, names, sizes
+        )
+      _settle(state, new_state)
+    obs = _shaped(names, observed, shapes, lead)
+    return (new_state, obs, warnings) if return_warnings else (new_state, obs)
   if return_warnings:
     message = _WARNINGS_NOT_DIFFERENTIABLE.format(name="step")
     with _converted(state):
@@ -86,6 +113,8 @@ def rollout(
   return_warnings: bool = False,
   eps: float | None = None,
   centered: bool = False,
+  observe: Sequence[str] = (),
+  observe_at: str = "new",
 ) -> Any:
   """Run T knots of nstep substeps each from state, knot t with ctrls[..., t, :], in one call.
 
@@ -102,9 +131,13 @@ def rollout(
       differentiable).
     eps: the finite-difference step of derivatives (default 1e-6, on float64 rows).
     centered: centred instead of forward differences for derivatives.
+    observe: mjData fields to record after each knot, in the same call, as `step` observes.
+    observe_at: "new" (mj_forward at the state after the knot) or "step" (as mj_step left
+      them), as for `step`.
 
   Returns:
-    states (..., T, nstate) after each knot and sensordata (..., T, nsensordata) [, warnings].
+    states (..., T, nstate) after each knot and sensordata (..., T, nsensordata); with observe,
+    also a dict of (..., T, *shape) fields; with return_warnings, warnings last.
 
   Example:
     states, sensordata = mjbatch_jax.rollout(state, jnp.zeros((N, 100, nu)), params)
@@ -115,6 +148,22 @@ def rollout(
   ctrls = _checks.floating("ctrls", ctrls).astype(state.dtype)
   if ctrls.ndim != len(lead) + 2 or ctrls.shape[: len(lead)] != lead or ctrls.shape[-1] != spec.nu:
     raise ValueError(f"ctrls must have shape {(*lead, 'T', spec.nu)}, got {ctrls.shape}")
+  if observe:
+    names, shapes, sizes, new = _observation(spec, observe, observe_at)
+    with _converted(state):
+      if return_warnings or not new:
+        why = _WARNINGS_NOT_DIFFERENTIABLE.format(name="rollout") if return_warnings else _IN_STEP
+        states, sensordata, warnings, *observed = _ffi.rollout.call(
+          state, ctrls, flat, spec, nstep, why, names, sizes, new
+        )
+      else:
+        warnings = None
+        states, sensordata, observed = _rules.rollout_observed(
+          state, ctrls, flat, spec, int(nstep), h, centered, names, sizes
+        )
+      _settle(state, states)
+    obs = _shaped(names, observed, shapes, (*lead, ctrls.shape[-2]))
+    return (states, sensordata, obs, warnings) if return_warnings else (states, sensordata, obs)
   if return_warnings:
     message = _WARNINGS_NOT_DIFFERENTIABLE.format(name="rollout")
     with _converted(state):
@@ -166,8 +215,35 @@ def forward(
   with _converted(state):
     outputs = _rules.forward(state, flat, spec, names, sizes, h)
     _settle(state, outputs[0])
-  parts = zip(names, outputs, shapes, strict=True)
-  return {name: out.reshape(*lead, *shape) for name, out, shape in parts}
+  return _shaped(names, outputs, shapes, lead)
+
+
+_IN_STEP = (
+  "observations with observe_at='step' (MuJoCo's in-step values) are not differentiable: use"
+  " observe_at='new' for derivatives of observations"
+)
+
+
+def _observation(
+  spec: Any, observe: Sequence[str], observe_at: str
+) -> tuple[tuple[str, ...], list[tuple[int, ...]], tuple[int, ...], bool]:
+  """Names, shapes and sizes of the observed fields, and whether they are at the new state."""
+  if isinstance(observe, str):
+    raise ValueError(f"observe must be a sequence of names, got the string {observe!r}")
+  names = tuple(observe)
+  if len(set(names)) != len(names):
+    raise ValueError(f"observe must name each field once, got {names}")
+  if observe_at not in ("new", "step"):
+    raise ValueError(f"observe_at must be 'new' or 'step', got {observe_at!r}")
+  shapes = [_checks.forward_shape(spec, name) for name in names]
+  return names, shapes, tuple(math.prod(s) for s in shapes), observe_at == "new"
+
+
+def _shaped(
+  names: tuple[str, ...], values: Any, shapes: list[tuple[int, ...]], lead: tuple[int, ...]
+) -> dict[str, jax.Array]:
+  parts = zip(names, values, shapes, strict=True)
+  return {name: value.reshape(*lead, *shape) for name, value, shape in parts}
 
 
 def _is_concrete(x: Any) -> bool:
