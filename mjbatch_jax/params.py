@@ -2,7 +2,6 @@
 
 import dataclasses
 import threading
-import weakref
 from collections.abc import Iterator, Mapping
 from typing import Any
 

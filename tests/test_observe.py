@@ -12,8 +12,7 @@ import pytest
 import mjbatch_jax
 from mjbatch_jax._extension import ext
 from tests import models
-from tests.models import GO1
-from tests.models import FREEBALL_XML
+from tests.models import FREEBALL_XML, GO1
 
 jax.config.update("jax_enable_x64", True)
 
