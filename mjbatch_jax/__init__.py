@@ -16,11 +16,13 @@ from mjbatch_jax import _extension  # noqa: F401  (checks the MuJoCo version fir
 from mjbatch_jax.batch import Actuator, Batch, Body, Joint, Site
 from mjbatch_jax.errors import SimulationError
 from mjbatch_jax.layout import StateLayout
+from mjbatch_jax.names import JointSlices, Names
 
 if TYPE_CHECKING:
   from mjbatch_jax.derivatives import param_fd, transition_fd
   from mjbatch_jax.functions import NWARNING, forward, rollout, simulation_errors, step
   from mjbatch_jax.params import Params
+  from mjbatch_jax.randomize import randomize, tree_replace
   from mjbatch_jax.simulator import Simulator
 
 # The JAX front end, imported on first use: importing jax takes over a second, which a numpy
@@ -28,6 +30,8 @@ if TYPE_CHECKING:
 _LAZY = {
   "NWARNING": "mjbatch_jax.functions",
   "Params": "mjbatch_jax.params",
+  "randomize": "mjbatch_jax.randomize",
+  "tree_replace": "mjbatch_jax.randomize",
   "Simulator": "mjbatch_jax.simulator",
   "forward": "mjbatch_jax.functions",
   "param_fd": "mjbatch_jax.derivatives",
@@ -57,6 +61,8 @@ __all__ = [
   "Batch",
   "Body",
   "Joint",
+  "JointSlices",
+  "Names",
   "Params",
   "SimulationError",
   "Simulator",
@@ -64,8 +70,10 @@ __all__ = [
   "StateLayout",
   "forward",
   "param_fd",
+  "randomize",
   "rollout",
   "simulation_errors",
   "step",
   "transition_fd",
+  "tree_replace",
 ]

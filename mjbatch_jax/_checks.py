@@ -88,16 +88,31 @@ def state_and_params(
   lead = state.shape[:-1]
   dtype = state.dtype
   columns = []
-  for name, shape, value in zip(spec.fields, spec.shapes, params.values(), strict=True):
+  for i, (name, value) in enumerate(zip(spec.fields, params.values(), strict=True)):
     value = floating(f"params[{name!r}]", value)
-    if value.shape != (*lead, *shape):
-      raise ValueError(
-        f"params[{name!r}] must have shape {(*lead, *shape)} to match state {state.shape},"
-        f" got {value.shape}"
-      )
-    columns.append(value.astype(dtype).reshape(*lead, int(np.prod(shape))))
+    entry, shape, shared = spec.leaf_shape(i), spec.shapes[i], spec.is_shared(i)
+    want = entry if shared else (*lead, *entry)
+    if value.shape != want:
+      whose = "shared by all simulations" if shared else f"to match state {state.shape}"
+      raise ValueError(f"params[{name!r}] must have shape {want} ({whose}), got {value.shape}")
+    value = value.astype(dtype)
+    if shared:  # broadcast here, so that a gradient sums over the simulations, as JAX's would
+      value = jnp.broadcast_to(value, (*lead, *entry))
+    rows = spec.selection(i)
+    if rows is not None:  # the selected rows over the model's values of the others
+      base = jnp.broadcast_to(jnp.asarray(_model_value(spec, name), dtype), (*lead, *shape))
+      index = (Ellipsis, np.asarray(rows), *(slice(None),) * (len(shape) - 1))
+      value = base.at[index].set(value)
+    columns.append(value.reshape(*lead, int(np.prod(shape))))
   flat = jnp.concatenate(columns, axis=-1) if columns else jnp.zeros((*lead, 0), dtype)
   return state, flat, spec, lead
+
+
+def _model_value(spec: SimSpec, name: str) -> np.ndarray:
+  model = spec.model_info.model
+  if name.startswith("opt."):
+    return np.asarray(getattr(model.opt, name[4:]), dtype=np.float64)
+  return np.asarray(getattr(model, name), dtype=np.float64)
 
 
 def checked_inputs(

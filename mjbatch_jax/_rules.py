@@ -63,7 +63,7 @@ def _columns(spec: SimSpec, wrt: tuple[bool, bool, bool], width: int) -> np.ndar
   if wrt[1]:
     parts.append(_ctrl_columns(spec))
   if wrt[2]:
-    parts.append(spec.nstate + np.arange(width, dtype=np.int64))
+    parts.append(spec.nstate + np.asarray(spec.param_columns, dtype=np.int64).reshape(-1))
   return np.concatenate(parts)
 
 
@@ -76,7 +76,7 @@ def _tangent_in(
   if wrt[1]:
     parts.append(t_ctrl)
   if wrt[2]:
-    parts.append(t_flat)
+    parts.append(t_flat[:, np.asarray(spec.param_columns, dtype=np.int64)])
   return jnp.concatenate(parts, axis=-1)
 
 
@@ -111,7 +111,8 @@ def _step_jvp(
 ) -> tuple:
   state, ctrl, flat = primals
   t_state, t_ctrl, t_flat = tangents
-  wrt = (not _is_zero(t_state), not _is_zero(t_ctrl), not _is_zero(t_flat) and flat.shape[-1] > 0)
+  with_flat = not _is_zero(t_flat) and len(spec.param_columns) > 0
+  wrt = (not _is_zero(t_state), not _is_zero(t_ctrl), with_flat)
   if not any(wrt):
     out = step(state, ctrl, flat, spec, nstep, eps, centered)
     return out, jnp.zeros_like(out)
@@ -148,7 +149,7 @@ def _rollout_jvp(
   state, ctrls, flat = primals
   t_state, t_ctrls, t_flat = tangents
   with_ctrl = not _is_zero(t_ctrls)
-  with_flat = not _is_zero(t_flat) and flat.shape[-1] > 0
+  with_flat = not _is_zero(t_flat) and len(spec.param_columns) > 0
   if _is_zero(t_state) and not with_ctrl and not with_flat:
     out = rollout(state, ctrls, flat, spec, nstep, eps, centered)
     return out, jax.tree_util.tree_map(jnp.zeros_like, out)
@@ -217,7 +218,8 @@ def _forward_jvp(
 ) -> tuple:
   state, flat = primals
   t_state, t_flat = tangents
-  with_state, with_flat = not _is_zero(t_state), not _is_zero(t_flat) and flat.shape[-1] > 0
+  with_state = not _is_zero(t_state)
+  with_flat = not _is_zero(t_flat) and len(spec.param_columns) > 0
   if not with_state and not with_flat:
     out = forward(state, flat, spec, names, sizes, eps)
     return out, tuple(jnp.zeros_like(o) for o in out)
@@ -233,9 +235,11 @@ def _forward_jvp(
     blocks_flat.append(jnp.broadcast_to(f[:, None], (m, len(columns), width)))
     parts.append(flatten(t_state, spec.nstate)[:, columns])
   if with_flat:
-    blocks_state.append(jnp.broadcast_to(s[:, None], (m, width, spec.nstate)))
-    blocks_flat.append(f[:, None] + h * jnp.eye(width, dtype=f.dtype))
-    parts.append(flatten(t_flat, width))
+    # Only the entries the leaves hold: the rest are the model's constants.
+    held = np.asarray(spec.param_columns, dtype=np.int64)
+    blocks_state.append(jnp.broadcast_to(s[:, None], (m, len(held), spec.nstate)))
+    blocks_flat.append(nudged(f, held, h))
+    parts.append(flatten(t_flat, width)[:, held])
   rows = jnp.concatenate(blocks_state, axis=1)
   k = rows.shape[1]
   out = _ffi.forward.call(

@@ -206,7 +206,8 @@ def param_fd(
     centered: centred instead of forward differences.
 
   Returns:
-    A dict from each field to (..., nstate, *field shape): the Jacobian of the next row.
+    A dict from each field to (..., nstate, *leaf shape): the Jacobian of the next row w.r.t.
+    the entries its leaf holds (the selected rows of a field given with `select`).
 
   Example:
     dmass = mjbatch_jax.param_fd(state, ctrl, params)["body_mass"]  # (N, nstate, nbody)
@@ -220,9 +221,10 @@ def param_fd(
     _, _, jacobian, _ = _rules.fd_rows(s, c, f, spec, nstep, (False, False, True), h, centered)
     if _concrete(state):
       jax.block_until_ready(jacobian)
-  jacobian = jacobian.swapaxes(1, 2)  # (m, nstate, P)
+  jacobian = jacobian.swapaxes(1, 2)  # (m, nstate, entries the leaves hold)
   out, start = {}, 0
-  for name, shape in zip(spec.fields, spec.shapes, strict=True):
+  for i, name in enumerate(spec.fields):
+    shape = spec.leaf_shape(i)
     size = int(np.prod(shape))
     out[name] = jacobian[:, :, start : start + size].reshape(*lead, spec.nstate, *shape)
     start += size

@@ -76,12 +76,54 @@ class SimSpec:
   nsensordata: int
   fields: tuple[str, ...] = ()
   shapes: tuple[tuple[int, ...], ...] = ()  # of one simulation's values of each field
+  # Per field: whether its leaf is shared by all simulations (no leading dimensions), and the
+  # rows of the field (first axis: bodies, geoms, ...) its leaf holds, None for all of them;
+  # rows not selected keep the model's values.
+  shared: tuple[bool, ...] = ()
+  select: tuple[tuple[int, ...] | None, ...] = ()
   info: ModelInfo | None = dataclasses.field(default=None, compare=False, repr=False)
   # A weakref.ref to the EngineHandle of the Simulator that made the spec.
   handle: Any = dataclasses.field(default=None, compare=False, repr=False)
 
-  def with_fields(self, fields: tuple[str, ...], shapes: tuple[tuple[int, ...], ...]) -> "SimSpec":
-    return dataclasses.replace(self, fields=fields, shapes=shapes)
+  def with_fields(
+    self, fields: tuple[str, ...], shapes: tuple[tuple[int, ...], ...],
+    shared: tuple[bool, ...] | None = None,
+    select: tuple[tuple[int, ...] | None, ...] | None = None,
+  ) -> "SimSpec":
+    return dataclasses.replace(
+      self, fields=fields, shapes=shapes,
+      shared=shared if shared is not None else (False,) * len(fields),
+      select=select if select is not None else (None,) * len(fields),
+    )
+
+  def is_shared(self, i: int) -> bool:
+    return bool(self.shared[i]) if i < len(self.shared) else False
+
+  def selection(self, i: int) -> tuple[int, ...] | None:
+    return self.select[i] if i < len(self.select) else None
+
+  def leaf_shape(self, i: int) -> tuple[int, ...]:
+    """Shape of one simulation's leaf of field i: its selected rows only."""
+    shape, rows = self.shapes[i], self.selection(i)
+    return shape if rows is None else (len(rows), *shape[1:])
+
+  @property
+  def param_columns(self) -> tuple[int, ...]:
+    """Positions, among the params side by side, of the entries that the leaves hold: the
+    columns a derivative w.r.t. the params pays for."""
+    columns: list[int] = []
+    offset = 0
+    for i, shape in enumerate(self.shapes):
+      size = int(np.prod(shape))
+      rows = self.selection(i)
+      if rows is None:
+        columns.extend(range(offset, offset + size))
+      else:
+        inner = int(np.prod(shape[1:]))
+        for row in rows:
+          columns.extend(range(offset + row * inner, offset + (row + 1) * inner))
+      offset += size
+    return tuple(columns)
 
   @property
   def width(self) -> int:

@@ -3,7 +3,7 @@
 import copy
 import os
 import weakref
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 import jax
 import jax.numpy as jnp
@@ -12,6 +12,7 @@ import numpy as np
 
 from mjbatch_jax._extension import ext
 from mjbatch_jax.layout import StateLayout
+from mjbatch_jax.names import Names
 from mjbatch_jax.params import EngineHandle, ModelInfo, Params, SimSpec
 
 # Threads per batch beyond which a request is a mistake: each batch starts that many threads.
@@ -82,6 +83,7 @@ class Simulator:
       handle=weakref.ref(self._handle),
     )
     self._data: mujoco.MjData | None = None
+    self._names: Names | None = None
     self._forward_shapes: dict[str, tuple[int, ...]] = {}
 
   @property
@@ -165,32 +167,89 @@ class Simulator:
     mujoco.mj_getState(self._model, data, row, mujoco.mjtState.mjSTATE_INTEGRATION)
     return jnp.asarray(np.broadcast_to(row, (num_sims, self.nstate)), dtype=_float_dtype())
 
-  def params(self, num_sims: int, fields: Sequence[str] = ()) -> Params:
-    """Per-simulation values of model fields, seeded from the model, as a Params pytree.
+  def params(
+    self,
+    num_sims: int,
+    fields: Sequence[str] = (),
+    shared: Sequence[str] = (),
+    select: Mapping[str, Sequence[int | str]] | None = None,
+  ) -> Params:
+    """Model fields as a Params pytree of leaves seeded from the model.
 
     Fields are floating-point mjModel arrays ("body_mass", "geom_friction", "dof_damping") or
     mjOption fields ("opt.gravity", "opt.timestep"). Derived constants (mj_setConst) are not
     recomputed: a field is used as given, as a copy of the model with that field changed would.
+
+    Args:
+      num_sims: simulations of the per-simulation leaves: (num_sims, *shape).
+      fields: the fields.
+      shared: those of fields whose one value serves every simulation: a leaf without leading
+        dimensions, broadcast inside the call; its gradient sums over the simulations.
+      select: for some fields, the rows (first axis: body, geom, dof, actuator ... ids, or
+        names) that the leaf holds; the other rows keep the model's values, and derivatives pay
+        columns only for the selected entries.
+
+    Example:
+      params = sim.params(1024, ("geom_friction", "body_mass", "opt.gravity"),
+                          shared=("opt.gravity",), select={"body_mass": ["trunk"]})
+      params["body_mass"].shape  # (1024, 1)
     """
     self._check_open()
     _check_count(num_sims)
-    if isinstance(fields, str):
-      raise ValueError(f"fields must be a sequence of names, got the string {fields!r}")
-    names = tuple(fields)
-    if len(set(names)) != len(names):
-      raise ValueError(f"fields must be unique, got {names}")
-    values, shapes = [], []
+    names = _names("fields", fields)
+    shared_names = set(_names("shared", shared))
+    select = dict(select or {})
+    for kind, given in (("shared", shared_names), ("select", set(select))):
+      unknown = sorted(given - set(names))
+      if unknown:
+        raise ValueError(f"{kind} names fields that are not among fields {names}: {unknown}")
+    values, shapes, is_shared, rows_of = [], [], [], []
     for name in names:
-      if not isinstance(name, str):
-        raise ValueError(f"field names must be strings, got {name!r}")
       size = ext.param_size(self._id, name)  # ValueError naming the field if it cannot vary
       value = self._model_value(name)
       if value.size != size:
         raise ValueError(f"{name!r} holds {size} values per simulation, the model {value.size}")
+      rows = self._rows(name, value, select[name]) if name in select else None
+      leaf = value if rows is None else value[np.asarray(rows, dtype=np.int64)]
+      if name not in shared_names:
+        leaf = np.broadcast_to(leaf, (num_sims, *leaf.shape))
       shapes.append(value.shape)
-      values.append(jnp.asarray(np.broadcast_to(value, (num_sims, *value.shape)),
-                                dtype=_float_dtype()))
-    return Params(self._spec.with_fields(names, tuple(shapes)), tuple(values), self._handle)
+      is_shared.append(name in shared_names)
+      rows_of.append(rows)
+      values.append(jnp.asarray(leaf, dtype=_float_dtype()))
+    spec = self._spec.with_fields(names, tuple(shapes), tuple(is_shared), tuple(rows_of))
+    return Params(spec, tuple(values), self._handle)
+
+  def _rows(self, field: str, value: np.ndarray, chosen: Sequence[int | str]) -> tuple[int, ...]:
+    """The rows of field that chosen names (ids, or names of the field's objects), checked."""
+    if field.startswith("opt.") or value.ndim == 0:
+      raise ValueError(f"select applies to per-object fields, not {field!r}")
+    if isinstance(chosen, (str, int, np.integer)):
+      chosen = [chosen]
+    rows = []
+    for item in chosen:
+      if isinstance(item, str):
+        kind = next((k for p, k in _OBJECT_OF_PREFIX if field.startswith(p)), None)
+        if kind is None:
+          raise ValueError(f"rows of {field!r} are chosen by id; it has no named objects")
+        row = self.names.id(kind, item)  # ValueError with a did-you-mean hint
+      elif isinstance(item, (int, np.integer)) and not isinstance(item, bool):
+        row = int(item)
+      else:
+        raise ValueError(f"select entries are ids or names, got {item!r}")
+      if not 0 <= row < value.shape[0]:
+        raise ValueError(f"{field!r} has rows 0..{value.shape[0] - 1}, got {row}")
+      rows.append(row)
+    if len(set(rows)) != len(rows):
+      raise ValueError(f"select of {field!r} names a row twice: {rows}")
+    return tuple(rows)
+
+  @property
+  def names(self) -> Names:
+    """Names of the model's objects as indices and slices, usable under jit (see Names)."""
+    if self._names is None:
+      self._names = Names.of(self._model)
+    return self._names
 
   def _model_value(self, name: str) -> np.ndarray:
     if name.startswith("opt."):
@@ -205,6 +264,26 @@ class Simulator:
       shape = tuple(np.shape(getattr(self._template(), name)))
       self._forward_shapes[name] = shape if int(np.prod(shape)) == size else (size,)
     return self._forward_shapes[name]
+
+
+# Fields of each object kind, by prefix, for select's names.
+_OBJECT_OF_PREFIX = (
+  ("body_", "body"), ("jnt_", "joint"), ("geom_", "geom"), ("site_", "site"),
+  ("cam_", "camera"), ("light_", "light"), ("actuator_", "actuator"), ("tendon_", "tendon"),
+  ("sensor_", "sensor"), ("eq_", "equality"), ("pair_", "pair"), ("mat_", "material"),
+)
+
+
+def _names(what: str, names: Sequence[str]) -> tuple[str, ...]:
+  if isinstance(names, str):
+    raise ValueError(f"{what} must be a sequence of names, got the string {names!r}")
+  out = tuple(names)
+  for name in out:
+    if not isinstance(name, str):
+      raise ValueError(f"{what} names must be strings, got {name!r}")
+  if len(set(out)) != len(out):
+    raise ValueError(f"{what} must be unique, got {out}")
+  return out
 
 
 def _check_count(num_sims: int) -> None:

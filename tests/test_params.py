@@ -1,0 +1,152 @@
+"""Params that fit real use: shared leaves, selected rows, randomisation and nested replace."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import mjbatch_jax
+from tests import models
+from tests.models import FREEBALL_XML
+
+jax.config.update("jax_enable_x64", True)
+
+N = 4
+
+
+@pytest.fixture
+def sim():
+  with mjbatch_jax.Simulator(models.load(FREEBALL_XML), num_threads=1) as sim:
+    yield sim
+
+
+def inputs(sim):
+  state = sim.init_state(N, keyframe=0).at[:, sim.layout.qvel].add(0.1)
+  ctrl = jnp.tile(jnp.asarray([0.3, -0.2]), (N, 1))
+  return state, ctrl
+
+
+def fd_shapes(fn, *args):
+  """Shapes of the jx results (N, k, nstate) of fn's finite_difference custom calls."""
+  found = []
+
+  def walk(jaxpr):
+    for eqn in jaxpr.eqns:
+      if eqn.params.get("target_name") == "mjbatch_jax_finite_difference":
+        found.append(tuple(eqn.outvars[2].aval.shape))
+      for value in eqn.params.values():
+        for sub in value if isinstance(value, (tuple, list)) else (value,):
+          inner = getattr(sub, "jaxpr", sub)
+          if hasattr(inner, "eqns"):
+            walk(inner)
+
+  walk(jax.make_jaxpr(fn)(*args).jaxpr)
+  return found
+
+
+def test_shared_leaf_equals_per_simulation_form(sim):
+  state, ctrl = inputs(sim)
+  shared = sim.params(N, ("opt.gravity", "body_mass"), shared=("opt.gravity",))
+  full = sim.params(N, ("opt.gravity", "body_mass"))
+  assert shared["opt.gravity"].shape == (3,) and full["opt.gravity"].shape == (N, 3)
+  g = jnp.asarray([0.5, 0.0, -7.0])
+  shared = shared.replace({"opt.gravity": g})
+  full = full.replace({"opt.gravity": jnp.broadcast_to(g, (N, 3))})
+  np.testing.assert_array_equal(mjbatch_jax.step(state, ctrl, shared, nstep=5),
+                                mjbatch_jax.step(state, ctrl, full, nstep=5))
+
+  def loss(p):
+    return mjbatch_jax.rollout(state, jnp.repeat(ctrl[:, None], 3, 1), p)[0][..., 1:4].sum()
+
+  g_shared, g_full = jax.grad(loss)(shared), jax.grad(loss)(full)
+  # The gradient of a shared leaf is the sum of the per-simulation gradients, as JAX's own.
+  np.testing.assert_allclose(g_shared["opt.gravity"], g_full["opt.gravity"].sum(0), rtol=1e-10)
+  np.testing.assert_allclose(g_shared["body_mass"], g_full["body_mass"], rtol=1e-10)
+  assert np.abs(np.asarray(g_shared["opt.gravity"])).max() > 0
+
+
+def test_selected_rows_equal_the_full_field_and_pay_one_column(sim):
+  state, ctrl = inputs(sim)
+  ball = sim.names.body("ball")
+  one = sim.params(N, ("body_mass",), select={"body_mass": ["ball"]})
+  full = sim.params(N, ("body_mass",))
+  assert one["body_mass"].shape == (N, 1)
+  heavier = jnp.linspace(0.3, 0.6, N)[:, None]
+  one = one.replace({"body_mass": heavier})
+  full = full.replace({"body_mass": full["body_mass"].at[:, ball].set(heavier[:, 0])})
+  np.testing.assert_array_equal(mjbatch_jax.step(state, ctrl, one, nstep=3),
+                                mjbatch_jax.step(state, ctrl, full, nstep=3))
+
+  def loss(p):
+    return mjbatch_jax.step(state, ctrl, p, nstep=3)[:, sim.layout.qvel].sum()
+
+  g_one, g_full = jax.grad(loss)(one), jax.grad(loss)(full)
+  np.testing.assert_allclose(g_one["body_mass"][:, 0], g_full["body_mass"][:, ball], rtol=1e-9)
+  # One column per simulation for the selected mass, against nbody for the whole field.
+  assert fd_shapes(jax.grad(loss), one) == [(N, 1, sim.nstate)]
+  assert fd_shapes(jax.grad(loss), full) == [(N, sim.model.nbody, sim.nstate)]
+  jac = mjbatch_jax.param_fd(state, ctrl, one)["body_mass"]
+  assert jac.shape == (N, sim.nstate, 1)
+
+
+def test_selected_rows_of_a_matrix_field_by_name(sim):
+  state, ctrl = inputs(sim)
+  floor = 0  # the plane, unnamed: chosen by id
+  params = sim.params(N, ("geom_friction",), select={"geom_friction": [floor]})
+  assert params["geom_friction"].shape == (N, 1, 3)
+  full = sim.params(N, ("geom_friction",))
+  value = params["geom_friction"] * 0.5
+  full = full.replace({"geom_friction": full["geom_friction"].at[:, floor].set(value[:, 0])})
+  np.testing.assert_array_equal(
+    mjbatch_jax.step(state, ctrl, params.replace({"geom_friction": value}), nstep=3),
+    mjbatch_jax.step(state, ctrl, full, nstep=3))
+
+
+def test_randomize(sim):
+  params = sim.params(N, ("geom_friction", "body_mass", "opt.timestep"),
+                      shared=("opt.timestep",), select={"geom_friction": [0]})
+  key = jax.random.key(0)
+  out = mjbatch_jax.randomize(key, params, uniform={"geom_friction": (0.4, 1.0)},
+                              scale={"body_mass": (0.8, 1.2)},
+                              log_uniform={"opt.timestep": (1e-3, 4e-3)})
+  f = np.asarray(out["geom_friction"])
+  assert f.shape == (N, 1, 3) and (f >= 0.4).all() and (f < 1.0).all()
+  assert len(np.unique(f)) == f.size  # independent draws per simulation and component
+  ratio = np.asarray(out["body_mass"])[:, 1:] / np.asarray(params["body_mass"])[:, 1:]
+  assert (ratio >= 0.8).all() and (ratio < 1.2).all()
+  assert out["opt.timestep"].shape == () and 1e-3 <= float(out["opt.timestep"]) < 4e-3
+  again = mjbatch_jax.randomize(key, params, uniform={"geom_friction": (0.4, 1.0)},
+                                scale={"body_mass": (0.8, 1.2)},
+                                log_uniform={"opt.timestep": (1e-3, 4e-3)})
+  np.testing.assert_array_equal(out["geom_friction"], again["geom_friction"])
+  jitted = jax.jit(lambda k, p: mjbatch_jax.randomize(k, p, uniform={"body_mass": (1, 2)}))
+  assert jitted(key, params)["body_mass"].shape == (N, sim.model.nbody)
+  with pytest.raises(ValueError, match="dof_damping"):
+    mjbatch_jax.randomize(key, params, uniform={"dof_damping": (0, 1)})
+
+
+def test_tree_replace(sim):
+  params = sim.params(N, ("opt.gravity",), shared=("opt.gravity",))
+  tree = {"params": params, "info": {"steps": 3}}
+  out = mjbatch_jax.tree_replace(tree, {"params.opt.gravity": jnp.zeros(3), "info.steps": 0})
+  assert out["info"]["steps"] == 0 and float(jnp.abs(out["params"]["opt.gravity"]).max()) == 0
+  assert tree["info"]["steps"] == 3  # a new tree; the old one is unchanged
+  with pytest.raises(KeyError, match="nope"):
+    mjbatch_jax.tree_replace(tree, {"info.nope.x": 1})
+
+
+def test_bad_selections(sim):
+  with pytest.raises(ValueError, match="not among fields"):
+    sim.params(N, ("body_mass",), shared=("geom_friction",))
+  with pytest.raises(ValueError, match="bal"):
+    sim.params(N, ("body_mass",), select={"body_mass": ["bal"]})
+  with pytest.raises(ValueError, match="rows 0"):
+    sim.params(N, ("body_mass",), select={"body_mass": [99]})
+  with pytest.raises(ValueError, match="per-object"):
+    sim.params(N, ("opt.gravity",), select={"opt.gravity": [0]})
+  with pytest.raises(ValueError, match="twice"):
+    sim.params(N, ("body_mass",), select={"body_mass": [1, 1]})
+  state, ctrl = inputs(sim)
+  shared = sim.params(N, ("opt.gravity",), shared=("opt.gravity",))
+  with pytest.raises(ValueError, match="shared by all simulations"):
+    mjbatch_jax.step(state, ctrl, shared.replace({"opt.gravity": jnp.zeros((N, 3))}))
