@@ -27,6 +27,9 @@ struct Engine::Slot {
   // restores: a call must not see the parameters of the one before.
   std::vector<std::pair<std::string, std::vector<char>>> expanded;
   bool busy = false;
+  // The batch's derived constants came from mj_setConst on some call's params: such a batch
+  // serves only calls that recompute them, so a call without set_const never sees stale ones.
+  bool set_const = false;
 };
 
 namespace {
@@ -336,7 +339,7 @@ std::size_t Engine::ChunkSize() const {
   return static_cast<std::size_t>(kRowsPerThread) * Threads(nthread_);
 }
 
-Engine::Slot* Engine::Acquire(std::size_t n, Status* status) {
+Engine::Slot* Engine::Acquire(std::size_t n, bool set_const, Status* status) {
   if (n > static_cast<std::size_t>(INT_MAX)) {
     *status = Status::InvalidArgument("too many rows for one batch");
     return nullptr;
@@ -345,7 +348,7 @@ Engine::Slot* Engine::Acquire(std::size_t n, Status* status) {
   Slot* chosen = nullptr;
   for (;;) {
     for (auto& slot : slots_) {
-      if (slot->busy) continue;
+      if (slot->busy || slot->set_const != set_const) continue;
       if (!chosen || (chosen->capacity < static_cast<int>(n) &&
                       slot->capacity > chosen->capacity)) {
         chosen = slot.get();
@@ -356,8 +359,22 @@ Engine::Slot* Engine::Acquire(std::size_t n, Status* status) {
     if (static_cast<int>(slots_.size()) < max_slots_) {
       slots_.push_back(std::make_unique<Slot>());
       chosen = slots_.back().get();
+      chosen->set_const = set_const;
       break;
     }
+    // Every batch is busy or of the other kind: an idle one of the other kind is remade.
+    for (auto& slot : slots_) {
+      if (!slot->busy) {
+        if (slot->batch) mjb_deleteBatch(slot->batch);
+        slot->batch = nullptr;
+        slot->capacity = 0;
+        slot->expanded.clear();
+        slot->set_const = set_const;
+        chosen = slot.get();
+        break;
+      }
+    }
+    if (chosen) break;
     slot_freed_.wait(lock);
   }
   chosen->busy = true;
@@ -403,7 +420,7 @@ class Engine::Lease {
 };
 
 template <typename T>
-Status Engine::Load(Slot* slot, const Inputs<T>& in) {
+Status Engine::Load(Slot* slot, const Inputs<T>& in, std::size_t start, int rows_per_sim) {
   mjBatch* b = slot->batch;
   const std::size_t n = in.n;
   Convert(mjb_state(b), in.state, n * nstate_);
@@ -432,7 +449,7 @@ Status Engine::Load(Slot* slot, const Inputs<T>& in) {
       std::memcpy(storage + i * initial.size(), initial.data(), initial.size());
     }
   }
-  if (!has_fields) return Status();
+  if (!has_fields) return in.set_const ? SetConst(slot, in.n, start, rows_per_sim) : Status();
   const std::size_t width = ParamWidth(in.fields);
   std::size_t column = 0;
   for (const ParamField& field : *in.fields) {
@@ -459,6 +476,16 @@ Status Engine::Load(Slot* slot, const Inputs<T>& in) {
     }
     column += field.size;
   }
+  return in.set_const ? SetConst(slot, in.n, start, rows_per_sim) : Status();
+}
+
+Status Engine::SetConst(Slot* slot, std::size_t n, std::size_t start, int rows_per_sim) {
+  const int count = static_cast<int>(n);
+  const int* ids = count == slot->capacity ? nullptr : slot->ids.data();
+  int nfail = 0;
+  Status status = Call([&] { nfail = mjb_setConst(slot->batch, ids, count); });
+  if (!status.ok()) return status;
+  if (nfail) return Failure(slot, start, count, nfail, rows_per_sim);
   return Status();
 }
 
@@ -481,7 +508,7 @@ Status Engine::Run(const Inputs<T>& in, Fn run_chunk) {
   // Rows go through the batch a chunk at a time, so that the batch's own memory follows the
   // threads, not the number of simulations of a call.
   Status status;
-  Slot* slot = Acquire(std::min(in.n, ChunkSize()), &status);
+  Slot* slot = Acquire(std::min(in.n, ChunkSize()), in.set_const, &status);
   if (!slot) return status;
   Lease lease(this, slot);
   const std::size_t width = ParamWidth(in.fields);
@@ -492,7 +519,7 @@ Status Engine::Run(const Inputs<T>& in, Fn run_chunk) {
     chunk.state = in.state + start * nstate_;
     if (in.ctrl) chunk.ctrl = in.ctrl + start * model_->nu;
     if (in.params) chunk.params = in.params + start * width;
-    status = Load(slot, chunk);
+    status = Load(slot, chunk, start);
     if (!status.ok()) return status;
     status = run_chunk(slot, start, static_cast<int>(count));
     if (!status.ok()) return status;
@@ -690,7 +717,7 @@ Status Engine::FiniteDifference(const Inputs<T>& in, int nstep, const Perturbati
   }
   std::vector<double> rows, params, states, sensors;
   Status status;
-  Slot* slot = Acquire(std::min(in.n, sims) * per_sim, &status);
+  Slot* slot = Acquire(std::min(in.n, sims) * per_sim, in.set_const, &status);
   if (!slot) return status;
   Lease lease(this, slot);
   const std::size_t chunk_sims = slot->capacity / per_sim;
@@ -726,7 +753,8 @@ Status Engine::FiniteDifference(const Inputs<T>& in, int nstep, const Perturbati
     chunk.state = rows.data();
     chunk.params = params.data();
     chunk.fields = in.fields;
-    status = Load(slot, chunk);
+    chunk.set_const = in.set_const;
+    status = Load(slot, chunk, start, static_cast<int>(per_sim));
     if (!status.ok()) return status;
     StepRowsArgs args{states.data(), sensors.data(), nstep};
     const int* ids = static_cast<int>(nrow) == slot->capacity ? nullptr : slot->ids.data();

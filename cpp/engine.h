@@ -44,6 +44,9 @@ struct Inputs {
   const T* ctrl = nullptr;         // n x nu, written into the rows' ctrl; nullptr: keep the rows'
   const T* params = nullptr;       // n x (sum of the fields' sizes), the fields side by side
   const std::vector<ParamField>* fields = nullptr;  // nullptr or empty: the model's values
+  // Recompute each simulation's derived constants (mj_setConst) from its params before running,
+  // as compiling a model with those values would.
+  bool set_const = false;
 };
 
 // mjData fields that Rollout copies out after each knot, outputs[f] being
@@ -147,12 +150,16 @@ class Engine {
 
   // A batch of at least n rows that no other call holds until released, waiting for one when
   // max_slots() are busy.
-  Slot* Acquire(std::size_t n, Status* status);
+  Slot* Acquire(std::size_t n, bool set_const, Status* status);
   void Release(Slot* slot);
 
-  // Copy the inputs of a call into slot's batch and zero its warning counters.
+  // Copy the inputs of a call into slot's batch, zero its warning counters, and recompute the
+  // derived constants if in.set_const. start and rows_per_sim name a failing simulation.
   template <typename T>
-  Status Load(Slot* slot, const Inputs<T>& in);
+  Status Load(Slot* slot, const Inputs<T>& in, std::size_t start = 0, int rows_per_sim = 1);
+
+  // mj_setConst on the first n simulations of slot's batch, from their loaded params.
+  Status SetConst(Slot* slot, std::size_t n, std::size_t start, int rows_per_sim);
 
   // The first failed simulation of slot's last call on count rows, named as "sim <start + i>".
   Status Failure(Slot* slot, std::size_t start, int count, int nfail, int rows_per_sim = 1);

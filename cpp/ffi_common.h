@@ -38,6 +38,7 @@ struct Common {
   std::size_t n = 0;      // simulations: the state's elements / nstate
   std::size_t width = 0;  // params per simulation
   bool f64 = false;       // the state's dtype is float64 (else float32)
+  bool set_const = false;  // recompute derived constants from the params (attribute set_const)
 };
 
 // Find the engine, parse the params fields ("name:size,..."), and check that state is
@@ -85,6 +86,7 @@ Inputs<T> MakeInputs(const Common& c, const ffi::AnyBuffer& state, const T* ctrl
   in.ctrl = ctrl;
   in.params = c.width ? Data<const T>(params) : nullptr;
   in.fields = c.fields.empty() ? nullptr : &c.fields;
+  in.set_const = c.set_const;
   return in;
 }
 

@@ -41,12 +41,13 @@ ffi::Error Run(const Common& c, const ffi::AnyBuffer& state, const ffi::AnyBuffe
 ffi::Error Impl(ffi::AnyBuffer state, ffi::AnyBuffer ctrl, ffi::AnyBuffer params,
                 ffi::Result<ffi::AnyBuffer> next, ffi::Result<ffi::AnyBuffer> sensordata,
                 ffi::Result<ffi::AnyBuffer> jx, ffi::Result<ffi::AnyBuffer> jy, int64_t engine,
-                std::string_view fields, int64_t nstep, double eps, bool centered,
+                std::string_view fields, bool set_const, int64_t nstep, double eps, bool centered,
                 std::string_view columns) {
   return Guarded(calls, [&]() -> ffi::Error {
     Common c;
     int substeps = 0;
     if (auto e = Prepare(engine, fields, state, params, &c); e.failure()) return e;
+    c.set_const = set_const;
     if (auto e = CheckNstep(nstep, &substeps); e.failure()) return e;
     Perturbation p;
     p.eps = eps;
@@ -77,6 +78,7 @@ XLA_FFI_DEFINE_HANDLER(kHandler, Impl,
                            .Ret<ffi::AnyBuffer>()
                            .Attr<int64_t>("engine")
                            .Attr<std::string_view>("fields")
+                           .Attr<bool>("set_const")
                            .Attr<int64_t>("nstep")
                            .Attr<double>("eps")
                            .Attr<bool>("centered")

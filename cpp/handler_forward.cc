@@ -33,10 +33,11 @@ ffi::Error Run(const Common& c, const ffi::AnyBuffer& state, const ffi::AnyBuffe
 }
 
 ffi::Error Impl(ffi::AnyBuffer state, ffi::AnyBuffer params, ffi::RemainingRets rets,
-                int64_t engine, std::string_view fields, std::string_view outputs) {
+                int64_t engine, std::string_view fields, bool set_const, std::string_view outputs) {
   return Guarded(calls, [&]() -> ffi::Error {
     Common c;
     if (auto e = Prepare(engine, fields, state, params, &c); e.failure()) return e;
+    c.set_const = set_const;
     std::vector<DataField> data_fields;
     for (std::string_view name : Split(outputs)) {
       DataField field;
@@ -59,6 +60,7 @@ XLA_FFI_DEFINE_HANDLER(kHandler, Impl,
                            .RemainingRets()
                            .Attr<int64_t>("engine")
                            .Attr<std::string_view>("fields")
+                           .Attr<bool>("set_const")
                            .Attr<std::string_view>("outputs"));
 
 }  // namespace

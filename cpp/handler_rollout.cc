@@ -43,12 +43,13 @@ ffi::Error Impl(ffi::AnyBuffer state, ffi::AnyBuffer ctrls, ffi::AnyBuffer param
                 ffi::Result<ffi::AnyBuffer> states_out,
                 ffi::Result<ffi::AnyBuffer> sensordata_out,
                 ffi::Result<ffi::Buffer<ffi::S32>> warnings, ffi::RemainingRets observed,
-                int64_t engine, int64_t nstep, std::string_view fields,
+                int64_t engine, int64_t nstep, std::string_view fields, bool set_const,
                 std::string_view observe, bool observe_new) {
   return Guarded(calls, [&]() -> ffi::Error {
     Common c;
     int substeps = 0;
     if (auto e = Prepare(engine, fields, state, params, &c); e.failure()) return e;
+    c.set_const = set_const;
     if (auto e = CheckNstep(nstep, &substeps); e.failure()) return e;
     const mjModel* m = c.engine->model();
     auto dims = ctrls.dimensions();
@@ -99,6 +100,7 @@ XLA_FFI_DEFINE_HANDLER(kHandler, Impl,
                            .Attr<int64_t>("engine")
                            .Attr<int64_t>("nstep")
                            .Attr<std::string_view>("fields")
+                           .Attr<bool>("set_const")
                            .Attr<std::string_view>("observe")
                            .Attr<bool>("observe_new"));
 

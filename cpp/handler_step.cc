@@ -23,11 +23,12 @@ ffi::Error Run(const Common& c, const ffi::AnyBuffer& state, const ffi::AnyBuffe
 ffi::Error Impl(ffi::AnyBuffer state, ffi::AnyBuffer ctrl, ffi::AnyBuffer params,
                 ffi::Result<ffi::AnyBuffer> state_out,
                 ffi::Result<ffi::Buffer<ffi::S32>> warnings, int64_t engine, int64_t nstep,
-                std::string_view fields) {
+                std::string_view fields, bool set_const) {
   return Guarded(calls, [&]() -> ffi::Error {
     Common c;
     int substeps = 0;
     if (auto e = Prepare(engine, fields, state, params, &c); e.failure()) return e;
+    c.set_const = set_const;
     if (auto e = CheckNstep(nstep, &substeps); e.failure()) return e;
     const std::size_t nu = c.engine->model()->nu, nstate = c.engine->nstate();
     if (auto e = CheckBuffer(c, ctrl, nu, c.n, "ctrl"); e.failure()) return e;
@@ -50,7 +51,8 @@ XLA_FFI_DEFINE_HANDLER(kHandler, Impl,
                            .Ret<ffi::Buffer<ffi::S32>>()
                            .Attr<int64_t>("engine")
                            .Attr<int64_t>("nstep")
-                           .Attr<std::string_view>("fields"));
+                           .Attr<std::string_view>("fields")
+                           .Attr<bool>("set_const"));
 
 }  // namespace
 

@@ -27,10 +27,11 @@ ffi::Error Run(const Common& c, const ffi::AnyBuffer& state, const ffi::AnyBuffe
 ffi::Error Impl(ffi::AnyBuffer state, ffi::AnyBuffer ctrl, ffi::AnyBuffer params,
                 ffi::Result<ffi::AnyBuffer> A, ffi::Result<ffi::AnyBuffer> B,
                 ffi::Result<ffi::AnyBuffer> C, ffi::Result<ffi::AnyBuffer> D, int64_t engine,
-                std::string_view fields, double eps, bool centered, bool sensors) {
+                std::string_view fields, bool set_const, double eps, bool centered, bool sensors) {
   return Guarded(calls, [&]() -> ffi::Error {
     Common c;
     if (auto e = Prepare(engine, fields, state, params, &c); e.failure()) return e;
+    c.set_const = set_const;
     const mjModel* m = c.engine->model();
     const std::size_t nx = 2 * m->nv + m->na, nu = m->nu, ns = sensors ? m->nsensordata : 0;
     if (auto e = CheckBuffer(c, ctrl, nu, c.n, "ctrl"); e.failure()) return e;
@@ -54,6 +55,7 @@ XLA_FFI_DEFINE_HANDLER(kHandler, Impl,
                            .Ret<ffi::AnyBuffer>()
                            .Attr<int64_t>("engine")
                            .Attr<std::string_view>("fields")
+                           .Attr<bool>("set_const")
                            .Attr<double>("eps")
                            .Attr<bool>("centered")
                            .Attr<bool>("sensors"));

@@ -81,6 +81,8 @@ class SimSpec:
   # rows not selected keep the model's values.
   shared: tuple[bool, ...] = ()
   select: tuple[tuple[int, ...] | None, ...] = ()
+  # Recompute each simulation's derived constants (mj_setConst) from its params in every call.
+  set_const: bool = False
   info: ModelInfo | None = dataclasses.field(default=None, compare=False, repr=False)
   # A weakref.ref to the EngineHandle of the Simulator that made the spec.
   handle: Any = dataclasses.field(default=None, compare=False, repr=False)
@@ -89,11 +91,13 @@ class SimSpec:
     self, fields: tuple[str, ...], shapes: tuple[tuple[int, ...], ...],
     shared: tuple[bool, ...] | None = None,
     select: tuple[tuple[int, ...] | None, ...] | None = None,
+    set_const: bool = False,
   ) -> "SimSpec":
     return dataclasses.replace(
       self, fields=fields, shapes=shapes,
       shared=shared if shared is not None else (False,) * len(fields),
       select=select if select is not None else (None,) * len(fields),
+      set_const=set_const,
     )
 
   def is_shared(self, i: int) -> bool:

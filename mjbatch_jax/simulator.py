@@ -173,6 +173,7 @@ class Simulator:
     fields: Sequence[str] = (),
     shared: Sequence[str] = (),
     select: Mapping[str, Sequence[int | str]] | None = None,
+    set_const: bool = False,
   ) -> Params:
     """Model fields as a Params pytree of leaves seeded from the model.
 
@@ -188,6 +189,11 @@ class Simulator:
       select: for some fields, the rows (first axis: body, geom, dof, actuator ... ids, or
         names) that the leaf holds; the other rows keep the model's values, and derivatives pay
         columns only for the selected entries.
+      set_const: recompute each simulation's derived constants (mj_setConst: joint-space
+        inertias, actuator lengths and moments at qpos0, ...) from its params in every call, so
+        a simulation equals a model compiled with those values. Needed when a field feeds them
+        (body_mass, body_inertia, body_pos, geom sizes, actuator_gear, ...); it costs one
+        mj_setConst per simulation and call (benchmarks/set_const.py measures it).
 
     Example:
       params = sim.params(1024, ("geom_friction", "body_mass", "opt.gravity"),
@@ -217,7 +223,10 @@ class Simulator:
       is_shared.append(name in shared_names)
       rows_of.append(rows)
       values.append(jnp.asarray(leaf, dtype=_float_dtype()))
-    spec = self._spec.with_fields(names, tuple(shapes), tuple(is_shared), tuple(rows_of))
+    if not isinstance(set_const, (bool, np.bool_)):
+      raise ValueError(f"set_const must be a bool, got {set_const!r}")
+    spec = self._spec.with_fields(names, tuple(shapes), tuple(is_shared), tuple(rows_of),
+                                  bool(set_const))
     return Params(spec, tuple(values), self._handle)
 
   def _rows(self, field: str, value: np.ndarray, chosen: Sequence[int | str]) -> tuple[int, ...]:

@@ -32,6 +32,7 @@ def call(
 
   def run(s: jax.Array, c: jax.Array, f: jax.Array) -> tuple:
     return tuple(ffi(s, c, f, engine=np.int64(spec.engine), fields=spec.attribute,
+                     set_const=spec.set_const,
                      nstep=np.int64(nstep), eps=np.float64(eps), centered=bool(centered),
                      columns=text))
 

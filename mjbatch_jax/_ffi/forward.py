@@ -22,6 +22,7 @@ def call(
 
   def run(s: jax.Array, f: jax.Array) -> tuple:
     return tuple(ffi(s, f, engine=np.int64(spec.engine), fields=spec.attribute,
+                     set_const=spec.set_const,
                      outputs=",".join(names)))
 
   out = without_derivatives(run, HIGHER_ORDER, state, flat.astype(state.dtype))

@@ -41,7 +41,8 @@ def call(
 
   def run(s: jax.Array, c: jax.Array, f: jax.Array) -> tuple:
     return tuple(ffi(s, c, f, engine=np.int64(spec.engine), nstep=np.int64(nstep),
-                     fields=spec.attribute, observe=",".join(observe),
+                     fields=spec.attribute, set_const=spec.set_const,
+                     observe=",".join(observe),
                      observe_new=bool(observe_new)))
 
   out = without_derivatives(run, derivative_error, state, ctrls.astype(state.dtype),

@@ -34,7 +34,7 @@ def call(
 
   def run(s: jax.Array, c: jax.Array, f: jax.Array) -> tuple:
     return tuple(ffi(s, c, f, engine=np.int64(spec.engine), nstep=np.int64(nstep),
-                     fields=spec.attribute))
+                     fields=spec.attribute, set_const=spec.set_const))
 
   out = without_derivatives(run, derivative_error, state, ctrl.astype(state.dtype),
                             flat.astype(state.dtype))

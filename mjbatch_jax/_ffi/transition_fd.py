@@ -27,6 +27,7 @@ def call(
 
   def run(s: jax.Array, c: jax.Array, f: jax.Array) -> tuple:
     return tuple(ffi(s, c, f, engine=np.int64(spec.engine), fields=spec.attribute,
+                     set_const=spec.set_const,
                      eps=np.float64(eps), centered=bool(centered), sensors=bool(sensors)))
 
   out = without_derivatives(run, HIGHER_ORDER, state, ctrl.astype(state.dtype),
