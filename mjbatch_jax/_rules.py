@@ -90,7 +90,8 @@ def fd_rows(
   (M, ns), and d next / d columns (M, k, nstate), d sensordata / d columns (M, k, ns).
   """
   columns = _columns(spec, wrt, flat.shape[-1])
-  return _ffi.finite_difference.call(state, ctrl, flat, spec, nstep, columns, eps, centered)
+  return _ffi.finite_difference.call(state, ctrl, flat, spec, nstep, columns.tolist(), eps,
+                                     centered)
 
 
 # ---------------------------------------------------------------------------------------------

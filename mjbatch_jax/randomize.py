@@ -94,8 +94,8 @@ def _replace_at(node: Any, parts: list[str], value: Any, path: str) -> Any:
   if not hasattr(node, head):
     raise KeyError(f"{path!r}: {type(node).__name__} has no field {head!r}")
   inner = _replace_at(getattr(node, head), rest, value, path) if rest else value
+  if hasattr(node, "replace"):  # env States and their data, flax structs
+    return node.replace(**{head: inner})
   if dataclasses.is_dataclass(node) and not isinstance(node, type):
     return dataclasses.replace(node, **{head: inner})
-  if hasattr(node, "replace"):
-    return node.replace(**{head: inner})
   raise KeyError(f"{path!r}: cannot replace a field of {type(node).__name__}")

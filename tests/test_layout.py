@@ -40,4 +40,4 @@ def test_python_wrappers_pair_the_cpp_handlers():
   assert set(_ffi.TARGETS) == set(ext.handlers())
   for name, module in _ffi.TARGETS.items():
     assert callable(module.call), name
-    assert f'"{name}"' in Path(module.__file__).read_text(), name
+    assert f'"{name}"' in Path(str(module.__file__)).read_text(), name
