@@ -56,6 +56,18 @@ def _is_zero(tangent: Any) -> bool:
   return isinstance(tangent, SymbolicZero)
 
 
+def _first_order_only(*primals: Any) -> None:
+  """Refuse a rule whose primals are themselves being differentiated (a second derivative).
+
+  First-order differentiation hands a rule plain (or staged) primal values; a higher-order one
+  hands it the outer differentiation's tracers, which would otherwise reach the custom calls
+  inside, where JAX could only say that ffi_call has no rule.
+  """
+  for leaf in jax.tree_util.tree_leaves(primals):
+    if type(leaf).__name__ in _ffi.DIFFERENTIATION_TRACERS:
+      raise ValueError(_ffi.HIGHER_ORDER)
+
+
 def _columns(spec: SimSpec, wrt: tuple[bool, bool, bool], width: int) -> np.ndarray:
   parts = [np.zeros(0, np.int64)]
   if wrt[0]:
@@ -111,6 +123,7 @@ def _step_jvp(
   spec: SimSpec, nstep: int, eps: float, centered: bool, primals: tuple, tangents: tuple
 ) -> tuple:
   state, ctrl, flat = primals
+  _first_order_only(*primals)
   t_state, t_ctrl, t_flat = tangents
   with_flat = not _is_zero(t_flat) and len(spec.param_columns) > 0
   wrt = (not _is_zero(t_state), not _is_zero(t_ctrl), with_flat)
@@ -148,6 +161,7 @@ def _rollout_jvp(
   spec: SimSpec, nstep: int, eps: float, centered: bool, primals: tuple, tangents: tuple
 ) -> tuple:
   state, ctrls, flat = primals
+  _first_order_only(*primals)
   t_state, t_ctrls, t_flat = tangents
   with_ctrl = not _is_zero(t_ctrls)
   with_flat = not _is_zero(t_flat) and len(spec.param_columns) > 0
@@ -165,24 +179,17 @@ def _rollout_jvp(
   tu = t_ctrls.reshape(m, nknot, spec.nu).swapaxes(0, 1) if with_ctrl else None
   tf = flatten(t_flat, width) if with_flat else None
 
-  def knots(s: jax.Array, ts: jax.Array, u: jax.Array, tu: jax.Array, f: jax.Array,
-            tf: Any) -> tuple:
-    def knot(carry: tuple, inputs: tuple) -> tuple:
-      x, tx = carry
-      u_t, tu_t = inputs
-      nominal, sensors, jx, jy = fd_rows(x, u_t, f, spec, nstep, wrt, eps, centered)
-      t_in = _tangent_in(spec, wrt, tx, tu_t, tf).astype(jx.dtype)
-      tx_next = jnp.einsum("mk,mks->ms", t_in, jx)
-      ty = jnp.einsum("mk,mks->ms", t_in, jy)
-      return (nominal, tx_next), (nominal, sensors, tx_next, ty)
+  def knot(carry: tuple, inputs: tuple) -> tuple:
+    x, tx = carry
+    u_t, tu_t = inputs
+    nominal, sensors, jx, jy = fd_rows(x, u_t, f, spec, nstep, wrt, eps, centered)
+    t_in = _tangent_in(spec, wrt, tx, tu_t, tf).astype(jx.dtype)
+    tx_next = jnp.einsum("mk,mks->ms", t_in, jx)
+    ty = jnp.einsum("mk,mks->ms", t_in, jy)
+    return (nominal, tx_next), (nominal, sensors, tx_next, ty)
 
-    return jax.lax.scan(knot, (s, ts), (u, tu))[1]
-
-  # The scan as one function that refuses to be differentiated: a higher-order derivative meets
-  # this refusal, with our message, before it meets the custom calls inside the scan.
-  states, sensordata, t_states, t_sensordata = _ffi.without_derivatives(
-    knots, _ffi.HIGHER_ORDER, s, ts, u, tu if with_ctrl else jnp.zeros_like(u), f, tf
-  )
+  xs = (u, tu if with_ctrl else jnp.zeros_like(u))
+  _, (states, sensordata, t_states, t_sensordata) = jax.lax.scan(knot, (s, ts), xs)
 
   def unflatten(x: jax.Array) -> jax.Array:
     return x.swapaxes(0, 1).reshape(*lead, nknot, x.shape[-1])
@@ -218,6 +225,7 @@ def _forward_jvp(
   primals: tuple, tangents: tuple,
 ) -> tuple:
   state, flat = primals
+  _first_order_only(*primals)
   t_state, t_flat = tangents
   with_state = not _is_zero(t_state)
   with_flat = not _is_zero(t_flat) and len(spec.param_columns) > 0

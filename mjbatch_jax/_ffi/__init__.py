@@ -5,7 +5,13 @@ To add a handler, pair cpp/handler_<name>.cc with a module here and add one line
 """
 
 from mjbatch_jax._ffi import finite_difference, forward, rollout, step, transition_fd
-from mjbatch_jax._ffi._common import HIGHER_ORDER, NWARNING, register, without_derivatives
+from mjbatch_jax._ffi._common import (
+  DIFFERENTIATION_TRACERS,
+  HIGHER_ORDER,
+  NWARNING,
+  register,
+  without_derivatives,
+)
 
 # The XLA target of each wrapper; test_layout.py checks that it is the C++ table exactly.
 TARGETS = {
@@ -16,4 +22,4 @@ TARGETS = {
   "mjbatch_jax_finite_difference": finite_difference,
 }
 
-__all__ = ["HIGHER_ORDER", "NWARNING", "TARGETS", "register", "without_derivatives"]
+__all__ = ["DIFFERENTIATION_TRACERS", "HIGHER_ORDER", "NWARNING", "TARGETS", "register", "without_derivatives"]

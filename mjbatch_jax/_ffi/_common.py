@@ -19,7 +19,7 @@ HIGHER_ORDER = (
 
 # JAX's tracers of forward and linearized differentiation (private names, so matched by name:
 # if a JAX release renames them, JAX's own "cannot be differentiated" error shows instead).
-_DIFFERENTIATION_TRACERS = frozenset({"JVPTracer", "LinearizeTracer"})
+DIFFERENTIATION_TRACERS = frozenset({"JVPTracer", "LinearizeTracer"})
 
 _registered = False
 _register_lock = threading.Lock()
@@ -52,7 +52,7 @@ def without_derivatives(call: Callable[..., Any], message: str, *arrays: Any) ->
   # custom_jvp whose inputs it knows), the rule below never runs and JAX would meet the ffi_call
   # itself; tracers of differentiation among the inputs show that case.
   for leaf in jax.tree_util.tree_leaves(arrays):
-    if type(leaf).__name__ in _DIFFERENTIATION_TRACERS:
+    if type(leaf).__name__ in DIFFERENTIATION_TRACERS:
       raise ValueError(message)
   wrapped = jax.custom_jvp(call)
 
