@@ -1,0 +1,81 @@
+"""A cart-pole balance task: the small concrete env of the tests and examples."""
+
+from collections.abc import Sequence
+
+import jax
+import jax.numpy as jnp
+import mujoco
+import numpy as np
+
+from mjbatch_jax.envs.env import Env
+from mjbatch_jax.envs.state import Data, State
+
+POLE_LENGTH = 0.6
+
+# A floor far below the cart, which nothing touches: its friction is there to be randomised.
+CARTPOLE_XML = f"""
+<mujoco model="cartpole">
+  <option timestep="0.01" integrator="implicitfast"/>
+  <worldbody>
+    <geom name="floor" type="plane" pos="0 0 -1" size="3 3 .1"/>
+    <body name="cart">
+      <joint name="slider" type="slide" axis="1 0 0" range="-2 2" limited="true" damping="0.5"/>
+      <geom name="cart" type="box" size=".2 .1 .05" mass="1"/>
+      <body name="pole">
+        <joint name="hinge" axis="0 1 0" damping="0.005"/>
+        <geom name="pole" type="capsule" fromto="0 0 0 0 0 {POLE_LENGTH}" size=".03" mass=".2"/>
+        <site name="tip" pos="0 0 {POLE_LENGTH}"/>
+      </body>
+    </body>
+  </worldbody>
+  <actuator>
+    <motor name="push" joint="slider" gear="10" ctrlrange="-1 1" ctrllimited="true"/>
+  </actuator>
+</mujoco>
+"""
+
+
+class CartPoleBalance(Env):
+  """Keep a pole upright on a cart: obs (qpos, qvel), reward the tip's height over the pole's
+  length, done once the pole leans more than about 30 degrees or the cart nears its rails' end.
+
+    env = CartPoleBalance()
+    state = env.reset(jax.random.PRNGKey(0))
+    state = env.step(state, jnp.zeros(env.action_size))
+  """
+
+  observe = ("site_xpos",)
+
+  def __init__(
+    self, n_substeps: int = 2, num_threads: int = 0, param_fields: Sequence[str] = ()
+  ):
+    self.param_fields = tuple(param_fields)
+    super().__init__(mujoco.MjModel.from_xml_string(CARTPOLE_XML), n_substeps, num_threads)
+    self._tip = mujoco.mj_name2id(self.mj_model, mujoco.mjtObj.mjOBJ_SITE, "tip")
+    self._min_upright = float(np.cos(np.pi / 6))
+
+  def reset(self, rng: jax.Array) -> State:
+    qpos_key, qvel_key = jax.random.split(rng)
+    qpos = jax.random.uniform(qpos_key, (2,), minval=-0.05, maxval=0.05)
+    qvel = jax.random.uniform(qvel_key, (2,), minval=-0.05, maxval=0.05)
+    data = self.make_data(qpos=qpos, qvel=qvel)
+    zero = jnp.zeros((), data.row.dtype)
+    return State(data, self._obs(data), zero, zero, {"upright": self._upright(data)}, {})
+
+  def step(self, state: State, action: jax.Array) -> State:
+    data = self.pipeline_step(state.data, action)
+    upright = self._upright(data)
+    fell = (upright < self._min_upright) | (jnp.abs(data.qpos[0]) > 1.8)
+    return state.replace(
+      data=data,
+      obs=self._obs(data),
+      reward=upright,
+      done=fell.astype(data.row.dtype),
+      metrics={**state.metrics, "upright": upright},
+    )
+
+  def _upright(self, data: Data) -> jax.Array:
+    return data.site_xpos[self._tip, 2] / POLE_LENGTH
+
+  def _obs(self, data: Data) -> jax.Array:
+    return jnp.concatenate([data.qpos, data.qvel])

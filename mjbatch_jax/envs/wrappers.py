@@ -1,0 +1,270 @@
+"""Wrappers that batch, time-limit, auto-reset and randomise envs, in Brax's and Playground's style.
+
+`wrap_for_brax_training` stacks them as `brax.training.agents.ppo.train` expects of its
+`wrap_env_fn`. Nothing here imports Brax: the wrapped env only has to look like Brax's.
+
+    env = wrap_for_brax_training(CartPoleBalance(), episode_length=500)
+    state = jax.jit(env.reset)(jax.random.split(jax.random.PRNGKey(0), 1024))
+    state = jax.jit(env.step)(state, jnp.zeros((1024, env.action_size)))
+"""
+
+from collections.abc import Callable
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+
+from mjbatch_jax.envs.env import Env, check_action
+from mjbatch_jax.envs.state import State
+from mjbatch_jax.params import Params
+
+# randomization_fn(params, rng=key) -> params: one env's params, drawn from one key. Called with
+# rng by keyword, which also overrides the rng that Brax's ppo.train binds with functools.partial.
+RandomizationFn = Callable[..., Params]
+
+FIRST_DATA = "first_data"
+FIRST_OBS = "first_obs"
+RANDOMIZATION_RNG = "randomization_rng"
+RANDOMIZATION_STEPS = "randomization_steps"
+
+
+class Wrapper:
+  """An env that forwards to the env it wraps; attributes it lacks are the wrapped env's."""
+
+  def __init__(self, env: Any):
+    self.env = env
+
+  def reset(self, rng: jax.Array) -> State:
+    return self.env.reset(rng)
+
+  def step(self, state: State, action: jax.Array) -> State:
+    return self.env.step(state, action)
+
+  @property
+  def observation_size(self) -> Any:
+    return self.env.observation_size
+
+  @property
+  def action_size(self) -> int:
+    return self.env.action_size
+
+  @property
+  def unwrapped(self) -> Env:
+    return self.env.unwrapped
+
+  def __getattr__(self, name: str) -> Any:
+    # Copying and pickling look up dunders before __init__ ran; they must not recurse into env.
+    if name == "env" or name.startswith("__"):
+      raise AttributeError(name)
+    return getattr(self.env, name)
+
+
+class WarningWrapper(Wrapper):
+  """Ends the episode of an env whose physics raised a bad-number warning (one env, unbatched).
+
+  A NaN control or a diverged simulation is a MuJoCo warning, not an error: MuJoCo zeroes the
+  controls or resets the simulation and carries on, so the episode is no longer the one the
+  policy played, and done=1 lets the auto-reset start a clean one.
+  """
+
+  def step(self, state: State, action: jax.Array) -> State:
+    state = self.env.step(state, action)
+    bad = self.unwrapped.bad(state.data)
+    return state.replace(done=jnp.where(bad, jnp.ones_like(state.done), state.done))
+
+
+class VmapWrapper(Wrapper):
+  """A batch of envs: reset takes (N, 2) keys (or one key with batch_size), step (N, ...) states.
+
+  Each physics call of the batched step stays one custom call over the N rows.
+  """
+
+  def __init__(self, env: Any, batch_size: int | None = None):
+    super().__init__(env)
+    self.batch_size = batch_size
+
+  def reset(self, rng: jax.Array) -> State:
+    if self.batch_size is not None:
+      rng = jax.random.split(rng, self.batch_size)
+    return jax.vmap(self.env.reset)(rng)
+
+  def step(self, state: State, action: jax.Array) -> State:
+    action = check_action(action, (*jnp.shape(state.done), self.env.action_size))
+    return jax.vmap(self.env.step)(state, action)
+
+
+class DomainRandomizationWrapper(Wrapper):
+  """A batch of envs whose params are drawn per env at reset and, with a period, while stepping.
+
+  randomization_fn(params, rng=key) returns one env's params drawn from key, given the env's
+  default params (fields from the env's `param_fields`, leaves of the fields' own shapes). Every
+  `period` steps of an env its params are drawn again before the step, so that step and the
+  fields it observes use the new ones. Batched as VmapWrapper, which it replaces.
+
+    def randomize(params, rng):
+      friction = jax.random.uniform(rng, minval=0.4, maxval=1.0)
+      return params.replace({"geom_friction": params["geom_friction"].at[0, 0].set(friction)})
+
+    env = DomainRandomizationWrapper(env, randomize, period=500)
+  """
+
+  def __init__(self, env: Any, randomization_fn: RandomizationFn, period: int | None = None):
+    super().__init__(env)
+    if period is not None and (
+      not isinstance(period, int) or isinstance(period, bool) or period < 1
+    ):
+      raise ValueError(f"period must be None or an int >= 1, got {period!r}")
+    self._randomization_fn = randomization_fn
+    self._period = period
+
+  def _draw(self, rng: jax.Array) -> Params:
+    default = self.unwrapped.default_params
+    params = self._randomization_fn(default, rng=rng)
+    if not isinstance(params, Params) or params.spec != default.spec:
+      raise ValueError(
+        "randomization_fn(params, rng=key) must return Params with the env's fields"
+        f" {tuple(default)}, got {type(params).__name__}"
+      )
+    return params
+
+  def reset(self, rng: jax.Array) -> State:
+    def one(key: jax.Array) -> State:
+      draw_key, env_key, next_key = jax.random.split(key, 3)
+      with self.unwrapped.using_params(self._draw(draw_key)):
+        state = self.env.reset(env_key)
+      state.info[RANDOMIZATION_RNG] = next_key
+      state.info[RANDOMIZATION_STEPS] = jnp.zeros((), jnp.int32)
+      return state
+
+    return jax.vmap(one)(rng)
+
+  def step(self, state: State, action: jax.Array) -> State:
+    action = check_action(action, (*jnp.shape(state.done), self.env.action_size))
+
+    def one(state: State, action: jax.Array) -> State:
+      if self._period is not None:
+        key, draw_key = jax.random.split(state.info[RANDOMIZATION_RNG])
+        steps = state.info[RANDOMIZATION_STEPS] + 1
+        due = steps >= self._period
+        params = jax.tree.map(
+          lambda new, old: jnp.where(due, new, old), self._draw(draw_key), state.data.params
+        )
+        state.info[RANDOMIZATION_RNG] = key
+        state.info[RANDOMIZATION_STEPS] = jnp.where(due, 0, steps)
+        state = state.replace(data=state.data.replace(params=params))
+      return self.env.step(state, action)
+
+    return jax.vmap(one)(state, action)
+
+
+class EpisodeWrapper(Wrapper):
+  """Counts steps, repeats actions and ends episodes at episode_length (batched or not).
+
+  Keeps Brax's info entries, which its PPO reads: `steps`, `truncation` (1 where the time limit,
+  not the task, ended the episode), `episode_done` and `episode_metrics` (sums over the episode).
+  """
+
+  def __init__(self, env: Any, episode_length: int, action_repeat: int = 1):
+    super().__init__(env)
+    for name, value in (("episode_length", episode_length), ("action_repeat", action_repeat)):
+      if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+        raise ValueError(f"{name} must be an int >= 1, got {value!r}")
+    self.episode_length = episode_length
+    self.action_repeat = action_repeat
+
+  def reset(self, rng: jax.Array) -> State:
+    state = self.env.reset(rng)
+    # The counters take the reward's and done's dtypes, so that loops carrying the state (Brax's
+    # evaluator among them) see the same dtypes after every step.
+    state.info["steps"] = jnp.zeros_like(state.reward)
+    state.info["truncation"] = jnp.zeros_like(state.done)
+    state.info["episode_done"] = jnp.zeros_like(state.done)
+    episode = {"sum_reward": jnp.zeros_like(state.reward), "length": jnp.zeros_like(state.reward)}
+    episode.update({name: jnp.zeros_like(value) for name, value in state.metrics.items()})
+    state.info["episode_metrics"] = episode
+    return state
+
+  def step(self, state: State, action: jax.Array) -> State:
+    def once(state: State, _: Any) -> tuple[State, jax.Array]:
+      new = self.env.step(state, action)
+      # An env that returns fresh metrics or info dicts would drop the entries wrappers put
+      # there (Brax's evaluator adds metrics["reward"]), and a scan needs the same keys out.
+      new = new.replace(metrics={**state.metrics, **new.metrics}, info={**state.info, **new.info})
+      return new, new.reward
+
+    state, rewards = jax.lax.scan(once, state, None, length=self.action_repeat)
+    reward = jnp.sum(rewards, axis=0)
+    info = state.info
+    steps = info["steps"] + self.action_repeat
+    at_end = steps >= self.episode_length
+    done = jnp.where(at_end, jnp.ones_like(state.done), state.done)
+    info["truncation"] = jnp.where(at_end, 1 - state.done, jnp.zeros_like(state.done))
+    info["steps"] = steps
+    # An episode that ended at the previous step starts its sums afresh.
+    fresh = 1 - info["episode_done"]
+    episode = info["episode_metrics"]
+    episode["sum_reward"] = episode["sum_reward"] * fresh + reward
+    episode["length"] = episode["length"] * fresh + self.action_repeat
+    for name, value in state.metrics.items():
+      if name != "reward":
+        episode[name] = episode[name] * fresh + value
+    info["episode_done"] = done
+    return state.replace(reward=reward, done=done)
+
+
+class AutoResetWrapper(Wrapper):
+  """A done env continues from exactly its first state: row, params, fields and obs.
+
+  Caches reset's data and obs in info (`first_data`, `first_obs`) and selects them, bit for bit,
+  for the envs done after a step; the other envs' states are left as the step made them.
+  """
+
+  def reset(self, rng: jax.Array) -> State:
+    state = self.env.reset(rng)
+    state.info[FIRST_DATA] = state.data
+    state.info[FIRST_OBS] = state.obs
+    return state
+
+  def step(self, state: State, action: jax.Array) -> State:
+    if "steps" in state.info:
+      state.info["steps"] = jnp.where(
+        state.done.astype(bool), jnp.zeros_like(state.info["steps"]), state.info["steps"]
+      )
+    state = self.env.step(state.replace(done=jnp.zeros_like(state.done)), action)
+    done = state.done.astype(bool)
+
+    def pick(first: jax.Array, now: jax.Array) -> jax.Array:
+      where = done.reshape(done.shape + (1,) * (jnp.ndim(now) - done.ndim))
+      return jnp.where(where, first, now)
+
+    data = jax.tree.map(pick, state.info[FIRST_DATA], state.data)
+    obs = jax.tree.map(pick, state.info[FIRST_OBS], state.obs)
+    return state.replace(data=data, obs=obs)
+
+
+def wrap_for_brax_training(
+  env: Any,
+  episode_length: int = 1000,
+  action_repeat: int = 1,
+  randomization_fn: RandomizationFn | None = None,
+  randomization_period: int | None = None,
+) -> Wrapper:
+  """A batched, time-limited, auto-resetting env for Brax's training agents.
+
+  Pass it as `wrap_env_fn` to `brax.training.agents.ppo.train` (and the other agents), which
+  calls it with episode_length, action_repeat and randomization_fn (the one given to train, with
+  its rng bound; ours passes rng again per env). Envs whose physics raised a bad-number warning
+  are done.
+
+  Example:
+    make_policy, params, metrics = ppo.train(
+      CartPoleBalance(), num_timesteps=1_000_000, episode_length=500, num_envs=1024,
+      wrap_env_fn=wrap_for_brax_training)
+  """
+  wrapped: Any = WarningWrapper(env)
+  if randomization_fn is None:
+    wrapped = VmapWrapper(wrapped)
+  else:
+    wrapped = DomainRandomizationWrapper(wrapped, randomization_fn, randomization_period)
+  wrapped = EpisodeWrapper(wrapped, episode_length, action_repeat)
+  return AutoResetWrapper(wrapped)
