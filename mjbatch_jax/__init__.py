@@ -19,6 +19,7 @@ from mjbatch_jax.layout import StateLayout
 from mjbatch_jax.names import JointSlices, Names
 
 if TYPE_CHECKING:
+  from mjbatch_jax import distributed, envs, launch
   from mjbatch_jax.derivatives import param_fd, transition_fd
   from mjbatch_jax.functions import NWARNING, forward, rollout, simulation_errors, step
   from mjbatch_jax.params import Params
@@ -42,7 +43,13 @@ _LAZY = {
 }
 
 
+# Submodules reached as attributes (mjbatch_jax.distributed) without importing them up front.
+_SUBMODULES = ("distributed", "envs", "launch")
+
+
 def __getattr__(name: str) -> Any:
+  if name in _SUBMODULES:
+    return importlib.import_module(f"mjbatch_jax.{name}")
   module = _LAZY.get(name)
   if module is None:
     raise AttributeError(f"module 'mjbatch_jax' has no attribute {name!r}")
@@ -68,7 +75,10 @@ __all__ = [
   "Simulator",
   "Site",
   "StateLayout",
+  "distributed",
+  "envs",
   "forward",
+  "launch",
   "param_fd",
   "randomize",
   "rollout",

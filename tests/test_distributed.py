@@ -1,0 +1,354 @@
+"""Several processes as one JAX multi-controller job: mjbatch_jax.distributed and the launcher.
+
+Each multi-process test runs 2 processes on this machine with `python -m mjbatch_jax.launch`,
+under time limits (the launcher's --timeout and subprocess's), so that nothing hangs. They share
+a persistent compilation cache, so that a program compiles once per session.
+"""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import jax
+import numpy as np
+import pytest
+
+import mjbatch_jax
+from mjbatch_jax import distributed, launch
+
+ROOT = Path(__file__).resolve().parents[1]
+EXAMPLE = ROOT / "examples" / "pg_distributed.py"
+LIMIT = 120  # seconds for any one launcher run, in the worst case
+
+
+@pytest.fixture(scope="module")
+def env(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
+  cache = tmp_path_factory.mktemp("jax_cache")
+  return {
+    **os.environ,
+    "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]),
+    "JAX_COMPILATION_CACHE_DIR": str(cache),
+    "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS": "0",
+    "JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES": "0",
+  }
+
+
+def run_launcher(args: list[str], env: dict[str, str], cwd: Path,
+                 limit: float = LIMIT) -> subprocess.CompletedProcess[str]:
+  command = [sys.executable, "-m", "mjbatch_jax.launch", "--timeout", str(limit), *args]
+  return subprocess.run(command, env=env, cwd=cwd, capture_output=True, text=True,
+                        timeout=limit + 30)
+
+
+def lines_of(out: str, rank: int) -> list[str]:
+  return [line[len(f"[{rank}] "):] for line in out.splitlines() if line.startswith(f"[{rank}] ")]
+
+
+# -- one process: what needs no peers ------------------------------------------------------------
+
+
+class _FakeGpu:
+  platform, process_index, id = "gpu", 0, 0
+
+
+@pytest.fixture
+def alone(monkeypatch: pytest.MonkeyPatch) -> None:
+  """No variable that would make setup look for other processes (say, pytest under srun)."""
+  for name in ("MJBATCH_JAX_COORDINATOR", "MJBATCH_JAX_NUM_PROCESSES", "MJBATCH_JAX_PROCESS_ID",
+               "JAX_COORDINATOR_ADDRESS", "SLURM_NTASKS", "OMPI_MCA_orte_hnp_uri"):
+    monkeypatch.delenv(name, raising=False)
+
+
+@pytest.mark.usefixtures("alone")
+def test_setup_alone_is_the_plain_functions(cartpole):
+  with distributed.setup(cartpole, 4, num_threads=1, fields=("body_mass",), keyframe=0) as dist:
+    assert (dist.process_count, dist.rows, dist.num_local) == (1, slice(0, 4), 4)
+    ctrl = dist.from_rows(lambda rows: 0.1 * np.stack([rows, -rows], axis=1).astype(float))
+    mapped = np.asarray(dist.map(mjbatch_jax.step)(dist.state, ctrl, dist.params))
+    plain = np.asarray(mjbatch_jax.step(dist.sim.init_state(4, 0), ctrl, dist.sim.params(4, (
+      "body_mass",))))
+    assert np.array_equal(mapped, plain)
+    assert np.array_equal(dist.local(ctrl), np.asarray(ctrl))
+    assert dist.records[0]["model"] == distributed.model_digest(cartpole)
+
+
+@pytest.mark.usefixtures("alone")
+def test_setup_refuses_bad_inputs(cartpole):
+  from jax.sharding import Mesh
+
+  with pytest.raises(ValueError, match="num_sims_global must be an int >= 1"):
+    distributed.setup(cartpole, 0)
+  with pytest.raises(ValueError, match="runs on CPU devices"):
+    distributed.setup(cartpole, 4, mesh=Mesh(np.array([_FakeGpu()]), ("sims",)))
+  with pytest.raises(ValueError, match="1-D with the axis 'sims'"):
+    distributed.setup(cartpole, 4, mesh=Mesh(np.array(jax.devices("cpu")), ("rows",)))
+  with pytest.raises(ValueError, match="coordinator, num_processes and process_id"):
+    distributed.initialize(coordinator="127.0.0.1:1234")
+  with pytest.raises(ValueError, match="timeout"):
+    distributed.initialize(timeout=0)
+
+
+def test_launcher_names_the_failed_rank_and_stops_the_others(tmp_path, env):
+  script = tmp_path / "fail.py"
+  script.write_text(textwrap.dedent("""
+    import os, sys, time
+    if os.environ["MJBATCH_JAX_PROCESS_ID"] == "1":
+      print("rank one fails"); sys.exit(3)
+    time.sleep(60)
+  """))
+  begin = time.monotonic()
+  out = run_launcher(["-n", "2", str(script)], env, tmp_path)
+  assert out.returncode == 3, out.stderr
+  assert time.monotonic() - begin < 20
+  assert "[1] rank one fails" in out.stdout
+  assert "[launch] rank 1 (pid" in out.stderr and "exited with code 3" in out.stderr
+  assert "stopping rank(s) 0" in out.stderr
+
+
+# -- two processes ---------------------------------------------------------------------------------
+
+CHECKS = """
+import json, sys
+import jax
+jax.config.update("jax_enable_x64", True)
+import jax.numpy as jnp
+import mujoco
+import numpy as np
+from jax.experimental import multihost_utils
+from jax.sharding import Mesh, PartitionSpec as P
+
+import mjbatch_jax
+from mjbatch_jax import distributed
+from tests.models import CARTPOLE_XML, FREEBALL_XML, PENDULUM_XML
+
+N, T = 8, 6
+model = mujoco.MjModel.from_xml_string(FREEBALL_XML)
+dist = distributed.setup(model, N, num_threads=1, fields=("body_mass", "geom_friction"),
+                         keyframe=0)
+me = dist.process_index
+assert dist.process_count == 2 and dist.num_local == N // 2, (dist.process_count, dist.rows)
+assert dist.rows == slice(me * N // 2, (me + 1) * N // 2)
+assert [r["engine"] for r in dist.records] == [dist.sim.spec.engine] * 2, dist.records
+
+# Inputs that depend on the global row only, so that one process can build them all.
+def controls(rows):
+  return np.stack([np.random.default_rng(r).uniform(-1, 1, (T, model.nu)) for r in rows])
+
+def masses(rows):
+  return model.body_mass * (1 + 0.05 * rows[:, None])
+
+ctrls = dist.from_rows(controls)
+ctrl = dist.from_rows(lambda rows: controls(rows)[:, 0])
+params = dist.params.replace({"body_mass": dist.from_rows(masses)})
+
+# The same computations on one device of this process, on the whole batch.
+every = np.arange(N)
+state1 = dist.sim.init_state(N, 0)
+ctrls1, ctrl1 = jnp.asarray(controls(every)), jnp.asarray(controls(every)[:, 0])
+params1 = dist.sim.params(N, ("body_mass", "geom_friction"))
+params1 = params1.replace({"body_mass": jnp.asarray(masses(every))})
+calls = mjbatch_jax._extension.ext.handler_calls
+
+def steps(s, c, p):
+  return jax.lax.fori_loop(0, 10, lambda _, s: mjbatch_jax.step(s, c, p), s)
+
+before = calls()["mjbatch_jax_step"]
+two = dist.gather(dist.map(steps)(dist.state, ctrl, params))
+assert calls()["mjbatch_jax_step"] - before == 10, "each process runs its rows' calls only"
+one = np.asarray(jax.jit(steps)(state1, ctrl1, params1))
+assert np.array_equal(two, one), "step"
+
+two = dist.gather(dist.map(mjbatch_jax.rollout)(dist.state, ctrls, params))
+one = jax.jit(mjbatch_jax.rollout)(state1, ctrls1, params1)
+assert all(np.array_equal(a, np.asarray(b)) for a, b in zip(two, one, strict=True)), "rollout"
+
+fd = lambda s, c, p: mjbatch_jax.transition_fd(s, c, p, sensors=True)
+two = dist.gather(dist.map(fd)(dist.state, ctrl, params))
+one = jax.jit(fd)(state1, ctrl1, params1)
+assert all(np.array_equal(a, np.asarray(b)) for a, b in zip(two, one, strict=True)), "transition_fd"
+
+# Data-parallel gradient: each process differentiates the mean cost of its rows w.r.t. shared
+# controls (T, nu) added to every row's, and pmean averages: the gradient of the global mean.
+def cost(shift, s, c, p):
+  _, sensordata = mjbatch_jax.rollout(s, c + shift, p)
+  return jnp.mean(jnp.sum(sensordata ** 2, axis=(1, 2)))
+
+def local_grad(shift, s, c, p):
+  g = jax.grad(cost)(jax.lax.pcast(shift, "sims", to="varying"), s, c, p)
+  return jax.lax.pmean(g, "sims")
+
+shift = 0.1 * np.ones((T, model.nu))
+two = dist.gather(dist.map(local_grad, out_specs=P())(dist.replicate(shift), dist.state, ctrls,
+                                                      params))
+one = np.asarray(jax.jit(jax.grad(cost))(jnp.asarray(shift), state1, ctrls1, params1))
+# Relative to the gradient's largest entry (the accelerometer makes it large): the sums differ in
+# order only.
+scale = float(np.max(np.abs(one)))
+gradient_error = float(np.max(np.abs(two - one))) / scale
+assert 0 < scale and gradient_error <= 1e-12, (gradient_error, scale)
+
+# The programs are the same in every process (map checked them; here the digest once more).
+digest = dist.check_program(jax.jit(steps), dist.state, ctrl, params)
+digests = multihost_utils.process_allgather(np.frombuffer(bytes.fromhex(digest), np.uint8))
+assert (np.asarray(digests) == np.asarray(digests)[0]).all()
+
+# Bad setups raise in every process, and the processes stay in step afterwards.
+def raises(kind, match, fn):
+  try:
+    fn()
+  except kind as error:
+    assert match in str(error), str(error)
+    return str(error)
+  raise AssertionError(f"no {kind.__name__} ({match})")
+
+raises(ValueError, "multiple of the mesh's 2 CPU devices", lambda: distributed.setup(model, 7))
+local_mesh = Mesh(np.array(jax.local_devices()), ("sims",))
+raises(ValueError, "has no device of process(es)",
+       lambda: distributed.setup(model, 8, mesh=local_mesh))
+other = mujoco.MjModel.from_xml_string(CARTPOLE_XML)
+if me == 1:
+  other.body_mass[1] *= 2
+message = raises(distributed.DistributedError, "model (sha256", lambda: distributed.setup(other, 8))
+assert "process 1 (" in message
+if me == 1:
+  extra = mjbatch_jax.Simulator(mujoco.MjModel.from_xml_string(PENDULUM_XML))
+raises(distributed.DistributedError, "engine id", lambda: distributed.setup(
+  mujoco.MjModel.from_xml_string(CARTPOLE_XML.replace('mass="1"', 'mass="3"')), 8))
+assert float(np.asarray(multihost_utils.process_allgather(np.float64(me))).sum()) == 1
+print("RESULT " + json.dumps({"process": me, "gradient_error": gradient_error, "scale": scale}))
+"""
+
+
+def test_two_processes_equal_one_bit_for_bit(tmp_path, env):
+  script = tmp_path / "checks.py"
+  script.write_text(CHECKS)
+  out = run_launcher(["-n", "2", str(script)], env, tmp_path)
+  assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-5000:]
+  results = [json.loads(line.split("RESULT ", 1)[1]) for rank in (0, 1)
+             for line in lines_of(out.stdout, rank) if line.startswith("RESULT ")]
+  assert sorted(r["process"] for r in results) == [0, 1], out.stdout
+  assert all(r["gradient_error"] <= 1e-12 for r in results), results
+
+
+VICTIM = """
+import os, sys, time
+import jax
+import mujoco
+from jax.sharding import PartitionSpec as P
+import mjbatch_jax
+from mjbatch_jax import distributed
+from tests.models import CARTPOLE_XML
+
+model = mujoco.MjModel.from_xml_string(CARTPOLE_XML)
+dist = distributed.setup(model, 4, num_threads=1)
+total = dist.map(lambda s, c, p: jax.lax.psum(mjbatch_jax.step(s, c, p)[:, 0].sum(), "sims"),
+                 out_specs=P())
+ctrl = dist.zeros(model.nu)
+for i in range(100000):
+  total(dist.state, ctrl, dist.params).block_until_ready()
+  if i == 20:
+    with open(sys.argv[1] + f".{dist.process_index}", "w") as f:
+      f.write(str(os.getpid()))
+  if i == 30 and sys.argv[2:] == ["raise"] and dist.process_index == 1:
+    raise ValueError("process 1 gives up")
+  time.sleep(0.01)
+"""
+
+
+@pytest.mark.parametrize("how", ["kill", "stop"])
+def test_a_lost_peer_stops_the_survivor_naming_it(tmp_path, env, how):
+  """SIGKILL: the survivor's collective fails at once; SIGSTOP: it blocks. Either way the
+  survivor's watchdog (peer timeout 5 s) stops it, naming process 1, well within 60 s."""
+  script, ready = tmp_path / "victim.py", tmp_path / "ready"
+  script.write_text(VICTIM)
+  # With SIGKILL the launcher waits (--grace) for the survivor to stop on its own; with SIGSTOP
+  # it kills the stopped one once the survivor has stopped.
+  grace = "30" if how == "kill" else "0"
+  command = [sys.executable, "-m", "mjbatch_jax.launch", "--timeout", str(LIMIT), "--grace", grace,
+             "--peer-timeout", "5", "-n", "2", str(script), str(ready)]
+  proc = subprocess.Popen(command, env=env, cwd=tmp_path, stdout=subprocess.PIPE,
+                          stderr=subprocess.PIPE, text=True)
+  try:
+    deadline = time.monotonic() + LIMIT
+    while not (ready.with_suffix(".0").exists() and ready.with_suffix(".1").exists()):
+      assert proc.poll() is None, proc.communicate()
+      assert time.monotonic() < deadline, "the processes never got going"
+      time.sleep(0.1)
+    time.sleep(0.2)
+    victim = int(ready.with_suffix(".1").read_text())
+    os.kill(victim, signal.SIGKILL if how == "kill" else signal.SIGSTOP)
+    lost = time.monotonic()
+    _, err = proc.communicate(timeout=90)
+    elapsed = time.monotonic() - lost
+  finally:
+    if proc.poll() is None:
+      proc.kill()
+  print(f"{how}: the job ended {elapsed:.1f} s after the signal")  # shown with pytest -s
+  assert proc.returncode != 0
+  assert elapsed < 60, elapsed
+  survivor = "\n".join(lines_of(err, 0))
+  assert "mjbatch_jax.distributed: process 0 of 2" in survivor, err[-4000:]
+  assert "lost process 1 of 2" in survivor, err[-4000:]
+  assert "[launch] rank 0 (pid" in err and "exited with code 75 (it lost a peer)" in err
+  if how == "kill":
+    assert "rank 1 (pid" in err and "was killed by SIGKILL" in err
+    assert proc.returncode == 128 + signal.SIGKILL  # the cause, not the survivor's 75
+
+
+def test_an_uncaught_exception_stops_the_others_naming_it(tmp_path, env):
+  script = tmp_path / "victim.py"
+  script.write_text(VICTIM)
+  begin = time.monotonic()
+  out = run_launcher(["--grace", "30", "--peer-timeout", "5", "-n", "2", str(script),
+                      str(tmp_path / "ready"), "raise"], env, tmp_path)
+  assert out.returncode != 0
+  survivor = "\n".join(lines_of(out.stderr, 0))
+  assert "stops: process 1 of 2" in survivor and "failed: ValueError: process 1 gives up" in (
+    survivor), out.stderr[-4000:]
+  assert "exited with code 75 (it lost a peer)" in out.stderr
+  assert time.monotonic() - begin < 60
+
+
+def test_resumed_training_equals_uninterrupted(tmp_path, env):
+  common = [str(EXAMPLE), "--iterations", "6", "--checkpoint-every", "2",
+            "--sims", "8", "--horizon", "20", "--hidden", "4"]
+  whole = run_launcher(["-n", "2", *common, "--checkpoint", str(tmp_path / "a.npz"),
+                        "--out", str(tmp_path / "whole.npz")], env, ROOT)
+  assert whole.returncode == 0, whole.stderr[-4000:]
+  crashed = run_launcher(["-n", "2", *common, "--checkpoint", str(tmp_path / "b.npz"),
+                          "--crash-after", "4"], env, ROOT)
+  assert crashed.returncode != 0 and "rank 1 (pid" in crashed.stderr, crashed.stderr[-4000:]
+  with np.load(tmp_path / "b.npz") as checkpoint:
+    assert int(checkpoint["iteration"]) == 4
+  resumed = run_launcher(["-n", "2", *common, "--checkpoint", str(tmp_path / "b.npz"), "--resume",
+                          "--out", str(tmp_path / "resumed.npz")], env, ROOT)
+  assert resumed.returncode == 0, resumed.stderr[-4000:]
+  assert "resumed from" in resumed.stdout and "iteration    5" in resumed.stdout
+  with np.load(tmp_path / "whole.npz") as a, np.load(tmp_path / "resumed.npz") as b:
+    assert sorted(a) == sorted(b) == ["b1", "b2", "w1", "w2"]
+    for name in a:
+      assert np.array_equal(a[name], b[name]), name
+  # The costs printed after the resume are those of the uninterrupted run's iterations 5, 6.
+  def costs(out: str) -> list[str]:
+    return [line.split()[3] for line in lines_of(out, 0)
+            if line.split()[:2] in (["iteration", "5"], ["iteration", "6"])]
+
+  assert costs(whole.stdout) == costs(resumed.stdout) and len(costs(whole.stdout)) == 2
+
+
+def test_launcher_splits_its_options_from_the_command():
+  assert launch._split(["-n", "2", "--grace", "1", "-m", "pkg.mod", "-n", "3"]) == (
+    ["-n", "2", "--grace", "1"], ["-m", "pkg.mod", "-n", "3"])
+  assert launch._split(["-n", "2", "run.py", "--timeout", "4"]) == (
+    ["-n", "2"], ["run.py", "--timeout", "4"])
+
+
+def test_exit_status_constants_agree():
+  assert distributed.EXIT_PEER_LOST == launch.EXIT_PEER_LOST == 75
+  assert launch.describe(-9) == "was killed by SIGKILL"
+  assert launch.describe(2) == "exited with code 2"
