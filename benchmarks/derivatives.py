@@ -9,7 +9,8 @@ they differ and touch the ground), times, interleaved within each repeat and rep
   steps:     one jitted mjbatch_jax.step on N*(1+nx+nu) rows, the physics rows costs at least;
   python:    mujoco.mjd_transitionFD in a Python loop over the N states (one thread).
 and prints rows/steps (target <= 1.1), python/rows (target >= 1.8) and native/rows.
-Writes benchmarks/results/derivatives-<model>-<date>.json and a bar plot beside it.
+Writes benchmarks/results/derivatives-<model>-<date>.json and, when matplotlib is installed, a
+bar plot beside it.
 """
 
 import argparse
@@ -29,7 +30,14 @@ import numpy as np  # noqa: E402
 import mjbatch_jax  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from scaling import machine_info, model_label, resolve_model, write_result  # noqa: E402
+from _common import (  # noqa: E402
+  RESULTS,
+  machine_info,
+  model_label,
+  pyplot,
+  resolve_model,
+  write_result,
+)
 
 
 def states_in_contact(sim: mjbatch_jax.Simulator, model: mujoco.MjModel, n: int):
@@ -50,7 +58,7 @@ def main(argv: list[str] | None = None) -> dict:
   parser.add_argument("--num-sims", type=int, default=256)
   parser.add_argument("--threads", type=int, default=2)
   parser.add_argument("--repeats", type=int, default=7)
-  parser.add_argument("--out", type=Path, default=Path(__file__).resolve().parent / "results")
+  parser.add_argument("--out", type=Path, default=RESULTS)
   parser.add_argument("--no-plot", action="store_true")
   args = parser.parse_args(argv)
 
@@ -113,12 +121,7 @@ def main(argv: list[str] | None = None) -> dict:
   print(f"  python loop / rows     = {ratios['python_over_rows']:.2f} (target >= 1.8)")
   print(f"  native / rows          = {ratios['native_over_rows']:.2f} (< 1: native is faster)")
   out = write_result(args.out, f"derivatives-{label}", result)
-  if not args.no_plot:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+  if not args.no_plot and (plt := pyplot()) is not None:
     fig, ax = plt.subplots(figsize=(6, 3.5))
     names = list(median)
     ax.bar(names, [median[x] * 1e3 for x in names])
@@ -126,6 +129,8 @@ def main(argv: list[str] | None = None) -> dict:
     ax.set_title(f"transition_fd, {label}, N={n}, {args.threads} threads")
     fig.tight_layout()
     fig.savefig(out.with_suffix(".png"), dpi=120)
+    plt.close(fig)
+    print(f"wrote {out.with_suffix('.png')}")
   return result
 
 

@@ -24,7 +24,7 @@ import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from scaling import machine_info, model_label, resolve_model, write_result  # noqa: E402
+from _common import RESULTS, machine_info, model_label, resolve_model, write_result  # noqa: E402
 
 # One substep per call on N simulations, from the first keyframe (or the defaults) with its ctrl.
 SCRIPT = """
@@ -94,7 +94,7 @@ def main(argv: list[str] | None = None) -> dict:
   parser.add_argument("model")
   parser.add_argument("--num-sims", type=int, default=64)
   parser.add_argument("--variants", default=",".join(VARIANTS))
-  parser.add_argument("--out", type=Path, default=Path(__file__).resolve().parent / "results")
+  parser.add_argument("--out", type=Path, default=RESULTS)
   args = parser.parse_args(argv)
   variants = [v for v in args.variants.split(",") if v]
   unknown = set(variants) - set(VARIANTS)

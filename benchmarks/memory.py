@@ -11,8 +11,8 @@ vmapped over N, jitted step) when mujoco.mjx is importable, in this interpreter 
 away too, and for the largest model the growth RSS(N=4096) - RSS(N=16) is printed, which the
 project wants under 32 MB for the G1.
 
-MODEL is resolved as by scaling.py. Writes benchmarks/results/memory-<model>-<date>.json and a
-.png plot beside it (or under --out).
+MODEL is resolved as by scaling.py. Writes benchmarks/results/memory-<model>-<date>.json and,
+when matplotlib is installed, a .png plot beside it (or under --out).
 """
 
 import argparse
@@ -26,9 +26,16 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE))
-import scaling  # noqa: E402
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _common import (  # noqa: E402
+  RESULTS,
+  int_list,
+  machine_info,
+  model_label,
+  pyplot,
+  resolve_model,
+  write_result,
+)
 
 WAYS = ("baseline", "mjbatch_jax.Batch", "jax", "mjdata_per_sim", "mjx")
 GROWTH_BUDGET_MB = 32.0
@@ -107,11 +114,11 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     description=__doc__, formatter_class=argparse.RawTextHelpFormatter
   )
   parser.add_argument("model", help="XML path, folder under ../shared/models, or Menagerie name")
-  parser.add_argument("--num-sims", type=scaling.int_list, default=[16, 256, 1024, 4096, 16384])
+  parser.add_argument("--num-sims", type=int_list, default=[16, 256, 1024, 4096, 16384])
   parser.add_argument("--threads", type=int, default=2)
   parser.add_argument("--ways", default=",".join(WAYS[1:]), help=f"of {','.join(WAYS[1:])}")
   parser.add_argument("--mjx-python", help="interpreter with mujoco-mjx (default: this one)")
-  parser.add_argument("--out", type=Path, default=HERE / "results")
+  parser.add_argument("--out", type=Path, default=RESULTS)
   parser.add_argument("--no-plot", action="store_true")
   return parser.parse_args(argv)
 
@@ -123,10 +130,10 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     return {}
   args = parse_args(argv)
 
-  xml, _ = scaling.resolve_model(args.model)
+  xml, _ = resolve_model(args.model)
   if xml is None:
     raise SystemExit("memory.py needs the model as an XML file, for its subprocesses")
-  label = scaling.model_label(args.model, xml)
+  label = model_label(args.model, xml)
   ways = [w.strip() for w in args.ways.split(",") if w.strip()]
   unknown = set(ways) - set(WAYS[1:])
   if unknown:
@@ -189,17 +196,12 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     "model": label,
     "model_path": str(xml),
     "date": datetime.datetime.now().isoformat(timespec="seconds"),
-    "machine": scaling.machine_info([sys.argv[0], *argv]),
+    "machine": machine_info([sys.argv[0], *argv]),
     "settings": {"num_sims": args.num_sims, "threads": args.threads, "ways": ways},
     "rows": rows,
   }
-  json_path = scaling.write_result(args.out, f"memory-{label}", result)
-  if not args.no_plot:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+  json_path = write_result(args.out, f"memory-{label}", result)
+  if not args.no_plot and (plt := pyplot()) is not None:
     fig, ax = plt.subplots(figsize=(7, 5))
     for way in ["baseline", *ways]:
       row = rows[way]

@@ -30,7 +30,7 @@ import mjbatch_jax  # noqa: E402
 from mjbatch_jax._extension import ext  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from scaling import machine_info, write_result  # noqa: E402
+from _common import RESULTS, machine_info, write_result  # noqa: E402
 
 TINY = '<mujoco><worldbody><body><joint/><geom size=".1" mass="1"/></body></worldbody></mujoco>'
 
@@ -39,7 +39,7 @@ def main(argv: list[str] | None = None) -> dict:
   parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
   parser.add_argument("--calls", type=int, default=20000)
   parser.add_argument("--repeats", type=int, default=7)
-  parser.add_argument("--out", type=Path, default=Path(__file__).resolve().parent / "results")
+  parser.add_argument("--out", type=Path, default=RESULTS)
   args = parser.parse_args(argv)
 
   model = mujoco.MjModel.from_xml_string(TINY)

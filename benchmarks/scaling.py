@@ -15,15 +15,14 @@ Rows (see benchmarks/README.md): c_loop, python_mj_step, mjbatch_jax.Batch, mujo
 mjbatch_jax.step_scan, mjbatch_jax.rollout, mujoco.rollout, mjbatch_0.1.4.Batch,
 mjbatch_0.1.4.python_mj_step, mjx. A row that cannot run is kept, marked unavailable with why.
 
-Writes benchmarks/results/<model>-<date>.json and a .png plot beside it (or under --out).
+Writes benchmarks/results/<model>-<date>.json and, when matplotlib is installed, a .png plot
+beside it (or under --out).
 """
 
 import argparse
 import datetime
 import importlib.util
 import json
-import os
-import platform
 import statistics
 import subprocess
 import sys
@@ -34,10 +33,16 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-
-HERE = Path(__file__).resolve().parent
-PROJECT = HERE.parent
-SHARED_MODELS = PROJECT.parent / "shared" / "models"
+from _common import (
+  HERE,
+  RESULTS,
+  int_list,
+  machine_info,
+  model_label,
+  pyplot,
+  resolve_model,
+  write_result,
+)
 
 # (name, meaning); the order is the table's.
 ROWS: tuple[tuple[str, str], ...] = (
@@ -56,41 +61,6 @@ ROW_NAMES = tuple(name for name, _ in ROWS)
 # Rows measured once per repeat, independent of N, T and nstep.
 SERIAL_ROWS = ("python_mj_step", "mjbatch_0.1.4.python_mj_step")
 PEERS = ("python", "mujoco.batch", "mujoco.rollout", "mjbatch", "mjx")
-
-
-def resolve_model(name: str) -> tuple[Path | None, Any]:
-  """The XML path (None if only a model object is known) and the MjModel of MODEL."""
-  import mujoco
-
-  path = Path(name)
-  candidates = [path, PROJECT / path, SHARED_MODELS / name]
-  for candidate in candidates:
-    if candidate.is_dir():
-      candidate = candidate / "scene.xml" if (candidate / "scene.xml").exists() else candidate
-      if candidate.is_dir():
-        xmls = sorted(candidate.glob("*.xml"))
-        if len(xmls) != 1:
-          continue
-        candidate = xmls[0]
-    if candidate.is_file():
-      return candidate.resolve(), mujoco.MjModel.from_xml_path(str(candidate))
-  if importlib.util.find_spec("mujoco_menagerie") is not None:
-    import mujoco_menagerie  # type: ignore[import-not-found]
-
-    loaded = mujoco_menagerie.load(name)
-    if isinstance(loaded, mujoco.MjModel):
-      return None, loaded
-    return Path(loaded).resolve(), mujoco.MjModel.from_xml_path(str(loaded))
-  raise SystemExit(
-    f"model {name!r} is neither an XML file, a folder under {SHARED_MODELS}, nor (without the "
-    "optional mujoco-menagerie package) a Menagerie name"
-  )
-
-
-def model_label(name: str, path: Path | None) -> str:
-  if path is None:
-    return Path(name).name
-  return path.parent.name if path.stem == "scene" else path.stem
 
 
 class Inputs:
@@ -205,24 +175,6 @@ class Bar:
     sys.stderr.write("\n")
 
 
-def int_list(text: str) -> list[int]:
-  """argparse type: a comma-separated list of ints >= 1."""
-  values = [int(v) for v in text.split(",") if v.strip()]
-  if not values or min(values) < 1:
-    raise argparse.ArgumentTypeError(f"expected a comma-separated list of ints >= 1, got {text!r}")
-  return values
-
-
-def write_result(out_dir: Path, stem: str, result: dict[str, Any]) -> Path:
-  """Write result as out_dir/<stem>-<date and time>.json and say where; return the path."""
-  out_dir.mkdir(parents=True, exist_ok=True)
-  stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
-  out = out_dir / f"{stem}-{stamp}.json"
-  out.write_text(json.dumps(result, indent=2))
-  print(f"wrote {out}")
-  return out
-
-
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
   parser = argparse.ArgumentParser(
     description=__doc__, formatter_class=argparse.RawTextHelpFormatter
@@ -240,7 +192,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
   parser.add_argument("--mjx-python", help="interpreter with mujoco-mjx (default: this one)")
   parser.add_argument("--serial-warmup", type=int, default=20)
   parser.add_argument("--serial-steps", type=int, default=200)
-  parser.add_argument("--out", type=Path, default=HERE / "results", help="output folder")
+  parser.add_argument("--out", type=Path, default=RESULTS, help="output folder")
   parser.add_argument("--no-plot", action="store_true")
   args = parser.parse_args(argv)
   args.peers = {p.strip() for p in args.peers.split(",") if p.strip()}
@@ -250,37 +202,6 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
   if args.calls < 1 or args.repeats < 1 or args.serial_steps < 1 or args.serial_warmup < 0:
     parser.error("--calls, --repeats and --serial-steps must be >= 1, --serial-warmup >= 0")
   return args
-
-
-def machine_info(argv: Sequence[str]) -> dict[str, Any]:
-  import jax
-  import mujoco
-
-  cpu = platform.processor()
-  try:
-    for line in Path("/proc/cpuinfo").read_text().splitlines():
-      if line.startswith("model name"):
-        cpu = line.split(":", 1)[1].strip()
-        break
-  except OSError:
-    pass
-  try:
-    commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=PROJECT, capture_output=True,
-                            text=True, timeout=10).stdout.strip() or None
-  except (OSError, subprocess.SubprocessError):
-    commit = None
-  return {
-    "cpu": cpu,
-    "logical_cpus": os.cpu_count(),
-    "usable_cpus": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None,
-    "platform": platform.platform(),
-    "python": platform.python_version(),
-    "jax": jax.__version__,
-    "mujoco": mujoco.__version__,
-    "numpy": np.__version__,
-    "git_commit": commit,
-    "command": " ".join([Path(sys.executable).name, *argv]),
-  }
 
 
 class Harness:
@@ -659,12 +580,7 @@ def format_table(rows: dict[str, Any], configs: Sequence[tuple[int, int, int]]) 
   return "\n".join(lines)
 
 
-def plot(rows: dict[str, Any], args: argparse.Namespace, path: Path, title: str) -> None:
-  import matplotlib
-
-  matplotlib.use("Agg")
-  import matplotlib.pyplot as plt
-
+def plot(plt: Any, rows: dict[str, Any], args: argparse.Namespace, path: Path, title: str) -> None:
   ks = args.nstep
   fig, axes = plt.subplots(2, len(ks), figsize=(6 * len(ks), 9), squeeze=False)
   max_n, max_t = max(args.num_sims), max(args.threads)
@@ -735,9 +651,9 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
   table = format_table(rows, harness.configs)
   print(table)
   json_path = write_result(args.out, label, result)
-  if not args.no_plot:
+  if not args.no_plot and (plt := pyplot()) is not None:
     png_path = json_path.with_suffix(".png")
-    plot(rows, args, png_path, label)
+    plot(plt, rows, args, png_path, label)
     print(f"wrote {png_path}")
   return result
 

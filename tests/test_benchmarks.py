@@ -1,6 +1,7 @@
 """The benchmark scripts still run end to end and report every row (never their speed)."""
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -47,9 +48,20 @@ def tiny_model(tmp_path: Path) -> Path:
   return path
 
 
-def _run(script: str, *args: str) -> subprocess.CompletedProcess:
+@pytest.fixture
+def without_matplotlib(tmp_path: Path) -> dict[str, str]:
+  """An environment in which `import matplotlib` fails, as after a plain `pip install -e .`."""
+  blocker = tmp_path / "no_matplotlib"
+  blocker.mkdir()
+  (blocker / "matplotlib.py").write_text("raise ImportError('no matplotlib in this test')\n")
+  path = [str(blocker), *filter(None, [os.environ.get("PYTHONPATH")])]
+  return {**os.environ, "PYTHONPATH": os.pathsep.join(path)}
+
+
+def _run(script: str, *args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
   proc = subprocess.run(
-    [sys.executable, str(BENCHMARKS / script), *args], capture_output=True, text=True, timeout=300
+    [sys.executable, str(BENCHMARKS / script), *args], capture_output=True, text=True, timeout=300,
+    env=env,
   )
   assert proc.returncode == 0, proc.stderr[-3000:]
   return proc
@@ -112,18 +124,21 @@ def test_memory_reports_every_way(tiny_model: Path, tmp_path: Path):
     assert row["results"][0]["peak_mb"] > 0
 
 
-def test_derivatives_benchmark_reports_every_case(tmp_path: Path) -> None:
+def test_derivatives_benchmark_reports_every_case(
+  tmp_path: Path, without_matplotlib: dict[str, str]
+) -> None:
   model = tmp_path / "tiny.xml"
   model.write_text(
     '<mujoco><worldbody><body><joint name="j"/><geom size=".1" mass="1"/></body></worldbody>'
     '<actuator><motor joint="j"/></actuator></mujoco>'
   )
-  out = subprocess.run(
-    [sys.executable, str(BENCHMARKS / "derivatives.py"), str(model), "--num-sims", "4",
-     "--threads", "1", "--repeats", "1", "--no-plot", "--out", str(tmp_path)],
-    capture_output=True, text=True, timeout=300,
+  # Without matplotlib (a plain install), as every script: the plot is skipped, the JSON written.
+  out = _run(
+    "derivatives.py", str(model), "--num-sims", "4", "--threads", "1", "--repeats", "1",
+    "--out", str(tmp_path), env=without_matplotlib,
   )
-  assert out.returncode == 0, out.stderr[-3000:]
+  assert "no plot: matplotlib is not installed" in out.stdout
+  assert not list(tmp_path.glob("derivatives-*.png"))
   (result,) = tmp_path.glob("derivatives-*.json")
   data = json.loads(result.read_text())
   assert set(data["seconds_median"]) == {"rows", "native", "steps", "python"}
@@ -156,3 +171,23 @@ def test_instructions_benchmark_rejects_unknown_paths(tmp_path: Path) -> None:
   )
   assert out.returncode != 0
   assert "unknown variants ['warp']" in out.stderr
+
+
+def test_soak_reports_every_phase(tmp_path: Path) -> None:
+  _run("soak.py", "--calls", "200", "--cycles", "20", "--errors", "20", "--checkpoints", "5",
+       "--out", str(tmp_path))
+  data = _only_json(tmp_path, "soak-*.json")
+  assert list(tmp_path.glob("soak-*.png"))
+  phases = data["phases"]
+  # Iterations of each phase: 200 calls make 2 scans of 100 steps.
+  planned = {"step_loop": 200, "step_scan": 2, "simulator_cycles": 20, "batch_cycles": 20,
+             "simulation_errors": 20, "argument_errors": 20}
+  assert set(phases) == set(planned)
+  for name, phase in phases.items():
+    assert phase["iterations"] == planned[name] and phase["stopped_early"] is None, name
+    assert len(phase["checkpoints"]) == (2 if name == "step_scan" else 5), name
+    for point in [phase["start"], *phase["checkpoints"]]:
+      assert point["rss_mb"] > 0 and point["fds"] > 0 and point["threads"] > 0, name
+    assert set(phase["growth_after_warmup"]) == {"rss_mb", "fds", "threads"}
+  assert phases["simulation_errors"]["caught"] == {"SimulationError": 20}
+  assert phases["argument_errors"]["caught"] == {"ValueError": 20}
