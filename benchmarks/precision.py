@@ -127,6 +127,7 @@ def main(argv: list[str]) -> None:
   parser.add_argument("--num-sims", type=int, default=4)
   parser.add_argument("--settle", type=int, default=300, help="substeps before measuring")
   parser.add_argument("--seed", type=int, default=0)
+  parser.add_argument("--out", type=Path, default=RESULTS, help="folder for the JSON")
   args = parser.parse_args(argv)
   if args.num_sims < 1 or args.settle < 0:
     parser.error("--num-sims must be >= 1 and --settle >= 0")
@@ -138,7 +139,7 @@ def main(argv: list[str]) -> None:
   print(f"{'relative error, float32 vs float64':<34}" + "".join(f"{m:>14}" for m in rows))
   for key in keys:
     print(f"{key:<34}" + "".join(f"{rows[m][key]:>14.2e}" for m in rows))
-  write_result(RESULTS, "precision", {
+  write_result(args.out, "precision", {
     "machine": machine_info(sys.argv), "num_sims": args.num_sims, "settle": args.settle,
     "errors": rows,
   })

@@ -168,6 +168,7 @@ def main(argv: list[str]) -> None:
   parser.add_argument("--memory", action="store_true",
                       help="also RSS of the env rollout at N=4096 minus N=16")
   parser.add_argument("--memory-child", type=int, default=0, help=argparse.SUPPRESS)
+  parser.add_argument("--out", type=Path, default=RESULTS, help="folder for the JSON")
   args = parser.parse_args(argv)
   if min(args.num_envs, args.unroll, args.substeps, args.repeats) < 1 or args.threads < 0:
     parser.error("sizes must be >= 1 and --threads >= 0")
@@ -227,7 +228,7 @@ def main(argv: list[str]) -> None:
     result["rss_4096_minus_16_mb"] = rss[4096] - rss[16]
     print(f"  RSS of the env rollout: N=4096 {rss[4096]:.1f} MB, N=16 {rss[16]:.1f} MB, "
           f"difference {rss[4096] - rss[16]:.1f} MB")
-  out = write_result(RESULTS, f"rl-{label}", result)
+  out = write_result(args.out, f"rl-{label}", result)
   plt = pyplot()
   if plt is not None:
     fig, ax = plt.subplots(figsize=(5, 3.5))

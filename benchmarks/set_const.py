@@ -39,6 +39,7 @@ def main(argv: list[str]) -> None:
   parser.add_argument("--repeats", type=int, default=7)
   parser.add_argument("--calls", type=int, default=5, help="calls per timed block")
   parser.add_argument("--threads", type=int, default=1)
+  parser.add_argument("--out", type=Path, default=RESULTS, help="folder for the JSON")
   args = parser.parse_args(argv)
   if min(args.num_sims, args.repeats, args.calls) < 1 or args.threads < 0:
     parser.error("sizes must be >= 1 (threads >= 0)")
@@ -73,7 +74,7 @@ def main(argv: list[str]) -> None:
       rows.append(row)
       print(f"nstep {nstep:3d}: set_const costs {row['ratio']:.2f}x the call "
             f"({row['set_const_us_per_sim']:.1f} us per simulation and call)")
-  write_result(RESULTS, f"set_const-{model_label(args.model, path)}", {
+  write_result(args.out, f"set_const-{model_label(args.model, path)}", {
     "machine": machine_info(sys.argv), "num_sims": n, "threads": args.threads, "rows": rows,
   })
 

@@ -191,3 +191,35 @@ def test_soak_reports_every_phase(tmp_path: Path) -> None:
     assert set(phase["growth_after_warmup"]) == {"rss_mb", "fds", "threads"}
   assert phases["simulation_errors"]["caught"] == {"SimulationError": 20}
   assert phases["argument_errors"]["caught"] == {"ValueError": 20}
+
+
+def test_precision_benchmark_reports_every_derivative(tmp_path: Path) -> None:
+  out = tmp_path / "results"
+  _run("precision.py", "cartpole", "--num-sims", "2", "--settle", "10", "--out", str(out))
+  errors = _only_json(out, "precision-*.json")["errors"]["cartpole"]
+  for key in ("jacfwd_step", "jacfwd_step_dqvel_dqpos", "transition_fd_A", "transition_fd_B",
+              "transition_fd_rows_A", "transition_fd_rows_B"):
+    assert errors[key] >= 0, key
+
+
+def test_set_const_benchmark_reports_each_nstep(tiny_model: Path, tmp_path: Path) -> None:
+  out = tmp_path / "results"
+  _run("set_const.py", str(tiny_model), "--num-sims", "4", "--nstep", "1,2", "--repeats", "1",
+       "--calls", "1", "--out", str(out))
+  rows = _only_json(out, "set_const-tiny-*.json")["rows"]
+  assert [row["nstep"] for row in rows] == [1, 2]
+  assert all(row["cpu_s_set_const"] > 0 and row["cpu_s_plain"] > 0 for row in rows)
+
+
+def test_rl_benchmark_reports_both_rollouts(
+  tiny_model: Path, tmp_path: Path, without_matplotlib: dict[str, str]
+) -> None:
+  out = tmp_path / "results"
+  proc = _run("rl.py", str(tiny_model), "--num-envs", "4", "--unroll", "2", "--substeps", "2",
+              "--threads", "1", "--repeats", "1", "--observe", "new", "--out", str(out),
+              env=without_matplotlib)
+  assert "no plot" in proc.stdout
+  result = _only_json(out, "rl-tiny-*.json")
+  for name in ("physics", "env"):
+    assert result["rows"][name]["env_steps_per_s_wall"] > 0
+  assert result["env_over_physics_wall"] > 0
