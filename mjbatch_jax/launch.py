@@ -15,6 +15,7 @@ variables (docs/distributed.md), or let JAX read SLURM's.
 
 import argparse
 import contextlib
+import ctypes
 import os
 import signal
 import socket
@@ -52,8 +53,6 @@ def _die_with_parent() -> None:
   # Linux: a rank gets SIGKILL when the launcher dies, however it dies, so none is orphaned.
   # (Not SIGTERM: JAX's preemption notifier takes that as a notice and carries on.)
   with contextlib.suppress(Exception):
-    import ctypes
-
     ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
 
 
