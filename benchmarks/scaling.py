@@ -1,19 +1,26 @@
-"""Throughput of every way to step many MuJoCo simulations, as a ratio to a C loop of mj_step.
+"""Throughput of every way to step many MuJoCo simulations, as ratios to two C loops of mj_step.
 
   python benchmarks/scaling.py unitree_go1 --num-sims 256,4096 --threads 1,2 --nstep 1,10 \
-      --mjbatch-python /tmp/venvmjb/bin/python --repeats 5
+      --mjbatch-python /tmp/venvmjb/bin/python --repeats 11
 
 MODEL is an XML path, a folder under ../shared/models/ (relative to the project root), or a
-MuJoCo Menagerie name when the optional `mujoco-menagerie` package is installed. Each row is
-reported in sim-substeps per second (median of --repeats) and as a ratio to the C loop at the
-same thread count (the physical limit: mj_step on T threads, each on its own MjData, no copies,
-no Python). Within each repeat the configurations run interleaved (A B C A B C ...), so machine
-noise hits every row alike; all rows start from the same states with the same controls, and each
-is warmed up (and compiled, compile time reported apart) before timing.
+MuJoCo Menagerie name when the optional `mujoco-menagerie` package is installed.
 
-Rows (see benchmarks/README.md): c_loop, python_mj_step, mjbatch_jax.Batch, mujoco.batch,
-mjbatch_jax.step_scan, mjbatch_jax.rollout, mujoco.rollout, mjbatch_0.1.4.Batch,
-mjbatch_0.1.4.python_mj_step, mjx. A row that cannot run is kept, marked unavailable with why.
+Protocol (steady state, the same for every row): the model settles for --settle substeps from its
+keyframe under the keyframe's ctrl; that state is every simulation's start row, each with its own
+ctrl. One timed block of a row is `calls` calls of nstep substeps on each of N simulations from
+the start rows, where `calls` is the same for every row of a configuration: chosen from a
+calibration call of the C loop so that a block lasts at least --min-block seconds (or fixed by
+--calls). Each repeat runs one block of every row and configuration in turn (A B C A B C ...), so
+machine noise hits every row alike; --repeats of them. CPU time (of this process and of a peer
+worker) and wall time are both recorded per block; the tables give the median over repeats of
+each repeat's ratio to the limit, with the smallest and largest of those ratios as the spread.
+
+The limits, at the same N, T and nstep: c_loop (each simulation's substeps back to back on T
+threads that each own one MjData) and c_lockstep (one substep of every simulation in turn, each
+loaded from and saved to its row with mj_setState/mj_getState, as a batch stepping one substep
+per call must). Rows: see ROWS and benchmarks/README.md. A row that cannot run is kept, marked
+unavailable with why.
 
 Writes benchmarks/results/<model>-<date>.json and, when matplotlib is installed, a .png plot
 beside it (or under --out).
@@ -23,12 +30,15 @@ import argparse
 import datetime
 import importlib.util
 import json
+import math
+import os
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -46,8 +56,9 @@ from _common import (
 
 # (name, meaning); the order is the table's.
 ROWS: tuple[tuple[str, str], ...] = (
-  ("c_loop", "C loop of mj_step, T threads each on its own MjData (the limit)"),
-  ("python_mj_step", "serial Python loop of mujoco.mj_step (one thread)"),
+  ("c_loop", "C loop of mj_step, T threads each on its own MjData, substeps back to back"),
+  ("c_lockstep", "C loop, one substep of every sim in turn with mj_setState/mj_getState"),
+  ("python_mj_step", "serial Python loop of mujoco.mj_step over the same rows (T=1 only)"),
   ("mjbatch_jax.Batch", "mjbatch_jax.Batch.step (numpy front end)"),
   ("mujoco.batch", "mujoco.batch.Batch.step (MuJoCo's own batch)"),
   ("mjbatch_jax.step_scan", "mjbatch_jax.step in a jitted lax.scan over calls"),
@@ -58,15 +69,17 @@ ROWS: tuple[tuple[str, str], ...] = (
   ("mjx", "MJX on CPU: jit(vmap(mjx.step)) in a scan (subprocess pinned to T cores)"),
 )
 ROW_NAMES = tuple(name for name, _ in ROWS)
-# Rows measured once per repeat, independent of N, T and nstep.
-SERIAL_ROWS = ("python_mj_step", "mjbatch_0.1.4.python_mj_step")
+LIMITS = ("c_loop", "c_lockstep")
+# Rows that do not run the start rows of the others (one trajectory, its own length): measured
+# once per repeat and reported apart, never as a ratio.
+SERIAL_ROWS = ("mjbatch_0.1.4.python_mj_step",)
 PEERS = ("python", "mujoco.batch", "mujoco.rollout", "mjbatch", "mjx")
 
 
 class Inputs:
   """The one initial state and the per-simulation controls that every row uses."""
 
-  def __init__(self, model: Any, max_sims: int, seed: int = 0):
+  def __init__(self, model: Any, max_sims: int, settle: int, seed: int = 0):
     import mujoco
 
     self.model = model
@@ -77,6 +90,11 @@ class Inputs:
     if key >= 0:
       mujoco.mj_resetDataKeyframe(model, data, key)
     base = model.key_ctrl[key].copy() if key >= 0 else np.zeros(model.nu)
+    # The first substeps after a keyframe (feet landing, contacts forming) cost more than the rest;
+    # settling first makes every block time the steady state a long run spends its time in.
+    data.ctrl[:] = base
+    for _ in range(settle):
+      mujoco.mj_step(model, data)
     # Distinct controls per simulation so that no row can benefit from identical sims.
     rng = np.random.default_rng(seed)
     lo, hi = model.actuator_ctrlrange[:, 0], model.actuator_ctrlrange[:, 1]
@@ -88,7 +106,7 @@ class Inputs:
     self.qpos0, self.qvel0, self.act0 = data.qpos.copy(), data.qvel.copy(), data.act.copy()
     data.ctrl[:] = ctrl[0]
     mujoco.mj_forward(model, data)
-    self.data = data  # the initial state, ctrl of simulation 0
+    self.data = data  # the settled start state, ctrl of simulation 0
 
   def state_rows(self, spec: Any, num_sims: int) -> np.ndarray:
     """(num_sims, nstate) rows of the initial state with each simulation's ctrl."""
@@ -117,6 +135,15 @@ class Peer:
       [python, str(HERE / "_peer.py"), str(xml), str(inputs), str(threads)],
       stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
     )
+
+  def cpu_seconds(self) -> float:
+    """CPU seconds the worker has used so far (user + system, from /proc; 0 where there is none)."""
+    try:
+      fields = Path(f"/proc/{self.proc.pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+      return 0.0
+    # utime and stime are fields 14 and 15 of stat(5), 12 and 13 after the ") ".
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
   def ask(self, **request: Any) -> dict[str, Any]:
     assert self.proc.stdin is not None and self.proc.stdout is not None
@@ -149,9 +176,24 @@ def _ok(reply: dict[str, Any]) -> dict[str, Any]:
   return reply
 
 
-# A measurement: row, config key (num_sims, threads, nstep; None for the serial rows) and a
-# function returning (seconds, substeps) for one timed run from the initial state.
-Timer = Callable[[], tuple[float, int]]
+@dataclass
+class Timer:
+  """One row at one configuration (None for SERIAL_ROWS): run() times one block, returns substeps.
+
+  peer is the worker whose CPU time counts too, for rows that run in another interpreter.
+  """
+
+  row: str
+  config: tuple[int, int, int] | None
+  run: Callable[[], int]
+  peer: Peer | None = None
+
+
+@dataclass
+class Sample:
+  substeps: int
+  wall_s: float
+  cpu_s: float
 
 
 class Bar:
@@ -183,15 +225,23 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
   parser.add_argument("--num-sims", type=int_list, default=[256], help="N, e.g. 256,4096")
   parser.add_argument("--threads", type=int_list, default=[1, 2], help="T, e.g. 1,2,4")
   parser.add_argument("--nstep", type=int_list, default=[1, 10], help="substeps per call")
-  parser.add_argument("--calls", type=int, default=10,
-                      help="calls per timed run (scan length, rollout knots)")
-  parser.add_argument("--repeats", type=int, default=5, help="timed runs per configuration")
+  parser.add_argument("--calls", type=int,
+                      help="calls per timed block (scan length, rollout knots); default: the "
+                           "fewest that make a C loop block last --min-block seconds")
+  parser.add_argument("--min-block", type=float, default=0.3,
+                      help="seconds a block lasts at least, when --calls is not given")
+  parser.add_argument("--max-calls", type=int, default=1000, help="cap on calibrated calls")
+  parser.add_argument("--settle", type=int, default=300,
+                      help="substeps from the keyframe, under its ctrl, to the start rows")
+  parser.add_argument("--repeats", type=int, default=11, help="timed blocks per configuration")
   parser.add_argument("--peers", default=",".join(PEERS),
                       help=f"comma-separated peers to compare with, of {','.join(PEERS)}")
   parser.add_argument("--mjbatch-python", help="interpreter with mjbatch 0.1.4 installed")
   parser.add_argument("--mjx-python", help="interpreter with mujoco-mjx (default: this one)")
-  parser.add_argument("--serial-warmup", type=int, default=20)
-  parser.add_argument("--serial-steps", type=int, default=200)
+  parser.add_argument("--serial-warmup", type=int, default=20,
+                      help="mjbatch_0.1.4.python_mj_step: untimed substeps")
+  parser.add_argument("--serial-steps", type=int, default=200,
+                      help="mjbatch_0.1.4.python_mj_step: timed substeps")
   parser.add_argument("--out", type=Path, default=RESULTS, help="output folder")
   parser.add_argument("--no-plot", action="store_true")
   args = parser.parse_args(argv)
@@ -199,27 +249,56 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
   unknown = args.peers - set(PEERS)
   if unknown:
     parser.error(f"unknown peers {sorted(unknown)}; choose from {PEERS}")
-  if args.calls < 1 or args.repeats < 1 or args.serial_steps < 1 or args.serial_warmup < 0:
-    parser.error("--calls, --repeats and --serial-steps must be >= 1, --serial-warmup >= 0")
+  if (args.calls is not None and args.calls < 1) or args.repeats < 1 or args.max_calls < 1:
+    parser.error("--calls, --repeats and --max-calls must be >= 1")
+  if args.serial_steps < 1 or args.serial_warmup < 0 or args.settle < 0 or args.min_block <= 0:
+    parser.error("need --serial-steps >= 1, --serial-warmup >= 0, --settle >= 0, --min-block > 0")
   return args
 
 
 class Harness:
-  """Builds every row's measurements, then times them interleaved."""
+  """Builds every row's timers, then times them interleaved."""
 
   def __init__(self, args: argparse.Namespace, xml: Path | None, model: Any, inputs: Inputs):
     self.args, self.xml, self.model, self.inputs = args, xml, model, inputs
     self.configs = [(n, t, k) for n in args.num_sims for t in args.threads for k in args.nstep]
     self.unavailable: dict[str, str] = {}
     self.compile_s: dict[tuple[str, Any], float] = {}
-    self.timers: list[tuple[str, Any, Timer]] = []
+    self.timers: list[Timer] = []
     self.peers: list[Peer] = []
     self.info: dict[str, Any] = {}
+    self.calls: dict[tuple[int, int, int], int] = {}
+
+  def calibrate(self) -> None:
+    """Calls per block for each configuration, the same for every row so all run the same work.
+
+    From the C loop's CPU time for one call, spread over T threads as on an idle machine: the
+    fastest row, so that every block of every row lasts at least --min-block seconds.
+    """
+    import mujoco
+
+    from mjbatch_jax._extension import ext
+
+    rows = self.inputs.state_rows(mujoco.mjtState.mjSTATE_INTEGRATION, max(self.args.num_sims))
+    self.info["c_rows"] = rows
+    for n, t, k in self.configs:
+      if self.args.calls is not None:
+        self.calls[(n, t, k)] = self.args.calls
+        continue
+      states = np.ascontiguousarray(rows[:n])
+      per_call = []
+      for _ in range(3):
+        start = time.process_time()
+        ext.step_loop(self.model._address, states, t, k)
+        per_call.append((time.process_time() - start) / t)
+      calls = math.ceil(self.args.min_block / max(min(per_call), 1e-6))
+      self.calls[(n, t, k)] = max(1, min(calls, self.args.max_calls))
 
   # Each add_* appends timers for one row, or records why the row is unavailable.
   def build(self, bar: Bar) -> None:
     builders: list[tuple[str, Callable[[], None]]] = [
       ("c_loop", self.add_c_loop),
+      ("c_lockstep", self.add_c_lockstep),
       ("python_mj_step", self.add_python),
       ("mjbatch_jax.Batch", self.add_mjbatch_jax_batch),
       ("mujoco.batch", self.add_mujoco_batch),
@@ -234,7 +313,7 @@ class Harness:
         builder()
       except Exception as e:  # a row that cannot run must not stop the others
         self.unavailable.setdefault(row, f"{type(e).__name__}: {e}")
-        self.timers = [t for t in self.timers if t[0] != row]
+        self.timers = [t for t in self.timers if t.row != row]
       bar.tick(f"built {row}")
 
   def _skip_unless(self, peer: str, rows: Sequence[str]) -> bool:
@@ -244,43 +323,60 @@ class Harness:
       self.unavailable[row] = f"not selected (--peers does not include {peer!r})"
     return True
 
-  def add_c_loop(self) -> None:
-    import mujoco
+  def _add(self, row: str, config: tuple[int, int, int] | None, run: Callable[[], int],
+           peer: Peer | None = None) -> None:
+    run()  # warm-up
+    self.timers.append(Timer(row, config, run, peer))
 
+  def _c_timers(self, row: str, loop: Callable[..., float]) -> None:
+    for n, t, k in self.configs:
+      # The same work as the batch rows: each of the N simulations from its start row (its own
+      # ctrl) for calls * k substeps, on T threads that each own one MjData.
+      length = k * self.calls[(n, t, k)]
+      states = np.ascontiguousarray(self.info["c_rows"][:n])
+
+      def run(t: int = t, length: int = length, states: np.ndarray = states) -> int:
+        loop(self.model._address, states, t, length)
+        return len(states) * length
+
+      self._add(row, (n, t, k), run)
+
+  def add_c_loop(self) -> None:
     from mjbatch_jax._extension import ext
 
-    rows = self.inputs.state_rows(mujoco.mjtState.mjSTATE_INTEGRATION, max(self.args.num_sims))
-    for n, t, k in self.configs:
-      # The same work as the batch rows: each of the N simulations from its initial row (its own
-      # ctrl) for calls * k substeps, on T threads that each own one MjData.
-      length = k * self.args.calls
-      states = np.ascontiguousarray(rows[:n])
+    self._c_timers("c_loop", ext.step_loop)
 
-      def run(t: int = t, length: int = length, states: np.ndarray = states) -> tuple[float, int]:
-        return ext.step_loop(self.model._address, states, t, length), len(states) * length
+  def add_c_lockstep(self) -> None:
+    from mjbatch_jax._extension import ext
 
-      run()  # warm-up
-      self.timers.append(("c_loop", (n, t, k), run))
+    loop = getattr(ext, "step_loop_lockstep", None)
+    if loop is None:
+      raise NotImplementedError("the extension has no step_loop_lockstep (rebuild it)")
+    self._c_timers("c_lockstep", loop)
 
   def add_python(self) -> None:
     if self._skip_unless("python", ["python_mj_step"]):
       return
     import mujoco
 
+    spec = mujoco.mjtState.mjSTATE_INTEGRATION
     data = mujoco.MjData(self.model)
-    warmup, steps = self.args.serial_warmup, self.args.serial_steps
+    configs = [c for c in self.configs if c[1] == 1]
+    if not configs:
+      raise ValueError("runs on one thread only: include 1 in --threads")
+    for n, t, k in configs:
+      length = k * self.calls[(n, t, k)]
+      rows = self.info["c_rows"][:n]
 
-    def run() -> tuple[float, int]:
-      mujoco.mj_copyData(data, self.model, self.inputs.data)
-      for _ in range(warmup):
-        mujoco.mj_step(self.model, data)
-      start = time.perf_counter()
-      for _ in range(steps):
-        mujoco.mj_step(self.model, data)
-      return time.perf_counter() - start, steps
+      # The C loop's work from Python: each simulation from its start row, substeps back to back.
+      def run(rows: np.ndarray = rows, length: int = length) -> int:
+        for row in rows:
+          mujoco.mj_setState(self.model, data, row, spec)
+          for _ in range(length):
+            mujoco.mj_step(self.model, data)
+        return len(rows) * length
 
-    run()
-    self.timers.append(("python_mj_step", None, run))
+      self._add("python_mj_step", (n, t, k), run)
 
   def _batch_timers(self, row: str, make: Callable[[int, int], Any], rows_of: Callable[[Any], Any]):
     """Timers for a stateful batch with the mjbatch-style API (bind, reset, forward, step)."""
@@ -300,15 +396,13 @@ class Harness:
       batch, rows, initial = batches[(n, t)]
 
       def run(batch: Any = batch, rows: Any = rows, initial: np.ndarray = initial, k: int = k,
-              n: int = n) -> tuple[float, int]:
+              n: int = n, calls: int = self.calls[(n, t, k)]) -> int:
         rows[:] = initial
-        start = time.perf_counter()
-        for _ in range(self.args.calls):
+        for _ in range(calls):
           batch.step(nstep=k)
-        return time.perf_counter() - start, n * k * self.args.calls
+        return n * k * calls
 
-      run()
-      self.timers.append((row, (n, t, k), run))
+      self._add(row, (n, t, k), run)
 
   def add_mjbatch_jax_batch(self) -> None:
     import mjbatch_jax
@@ -331,42 +425,38 @@ class Harness:
     if "jax" in self.info:
       return self.info["jax"]
     import jax
-    import mujoco
 
     import mjbatch_jax
 
     sims = {t: mjbatch_jax.Simulator(self.model, num_threads=t) for t in self.args.threads}
-    max_n = max(self.args.num_sims)
-    rows = self.inputs.state_rows(mujoco.mjtState.mjSTATE_INTEGRATION, max_n)
-    setup = {"sims": sims, "rows": rows, "jax": jax, "mjbatch_jax": mjbatch_jax}
+    setup = {"sims": sims, "rows": self.info["c_rows"], "jax": jax, "mjbatch_jax": mjbatch_jax}
     self.info["jax"] = setup
     return setup
 
-  def _jitted(self, row: str, build: Callable[[Any, int, int], tuple[Callable[..., Any], tuple]]):
+  def _jitted(self, row: str,
+              build: Callable[[Any, int, int, int], tuple[Callable[..., Any], tuple]]) -> None:
     setup = self._jax_setup()
     jax = setup["jax"]
     for n, t, k in self.configs:
-      sim = setup["sims"][t]
-      fn, operands = build(sim, n, k)
+      sim, calls = setup["sims"][t], self.calls[(n, t, k)]
+      fn, operands = build(sim, n, k, calls)
       start = time.perf_counter()
       compiled = jax.jit(fn).lower(*operands).compile()
       self.compile_s[(row, (n, t, k))] = time.perf_counter() - start
 
-      def run(compiled: Any = compiled, operands: tuple = operands, n: int = n,
-              k: int = k) -> tuple[float, int]:
-        start = time.perf_counter()
+      def run(compiled: Any = compiled, operands: tuple = operands, n: int = n, k: int = k,
+              calls: int = calls) -> int:
         jax.block_until_ready(compiled(*operands))
-        return time.perf_counter() - start, n * k * self.args.calls
+        return n * k * calls
 
-      run()
-      self.timers.append((row, (n, t, k), run))
+      self._add(row, (n, t, k), run)
 
   def add_jax_scan(self) -> None:
     setup = self._jax_setup()
     jax, mjbatch_jax = setup["jax"], setup["mjbatch_jax"]
-    jnp, calls = jax.numpy, self.args.calls
+    jnp = jax.numpy
 
-    def build(sim: Any, n: int, k: int) -> tuple[Callable[..., Any], tuple]:
+    def build(sim: Any, n: int, k: int, calls: int) -> tuple[Callable[..., Any], tuple]:
       def loop(state: Any, ctrl: Any, params: Any) -> Any:
         def body(s: Any, _: Any) -> tuple[Any, None]:
           return mjbatch_jax.step(s, ctrl, params, nstep=k), None
@@ -382,9 +472,9 @@ class Harness:
   def add_jax_rollout(self) -> None:
     setup = self._jax_setup()
     jax, mjbatch_jax = setup["jax"], setup["mjbatch_jax"]
-    jnp, calls = jax.numpy, self.args.calls
+    jnp = jax.numpy
 
-    def build(sim: Any, n: int, k: int) -> tuple[Callable[..., Any], tuple]:
+    def build(sim: Any, n: int, k: int, calls: int) -> tuple[Callable[..., Any], tuple]:
       def roll(state: Any, ctrls: Any, params: Any) -> Any:
         return mjbatch_jax.rollout(state, ctrls, params, nstep=k)
 
@@ -406,7 +496,7 @@ class Harness:
     runners = {t: rollout.Rollout(nthread=t if t > 1 else 0) for t in self.args.threads}
     self.info["rollouts"] = runners
     for n, t, k in self.configs:
-      steps = k * self.args.calls
+      steps = k * self.calls[(n, t, k)]
       datas = [mujoco.MjData(self.model) for _ in range(max(t, 1))]
       control = np.repeat(self.inputs.ctrl[:n, None, :], steps, axis=1)
       initial = rows[:n].copy()
@@ -415,15 +505,12 @@ class Harness:
 
       def run(t: int = t, datas: list = datas, control: np.ndarray = control,
               initial: np.ndarray = initial, state_out: np.ndarray = state_out,
-              sensor_out: np.ndarray = sensor_out, steps: int = steps,
-              n: int = n) -> tuple[float, int]:
-        start = time.perf_counter()
+              sensor_out: np.ndarray = sensor_out, steps: int = steps, n: int = n) -> int:
         runners[t].rollout(self.model, datas, initial, control, nstep=steps, state=state_out,
                            sensordata=sensor_out)
-        return time.perf_counter() - start, n * steps
+        return n * steps
 
-      run()
-      self.timers.append(("mujoco.rollout", (n, t, k), run))
+      self._add("mujoco.rollout", (n, t, k), run)
 
   def _peer(self, python: str, threads: int) -> Peer:
     if self.xml is None:
@@ -441,16 +528,15 @@ class Harness:
       for n, tt, k in self.configs:
         if tt != t:
           continue
-        request = {"row": kind, "num_sims": n, "nstep": k, "calls": self.args.calls}
+        request = {"row": kind, "num_sims": n, "nstep": k, "calls": self.calls[(n, t, k)]}
         reply = _ok(peer.ask(op="setup", **request))
         if reply.get("compile_s") is not None:
           self.compile_s[(row, (n, t, k))] = reply["compile_s"]
 
-        def run(peer: Peer = peer, request: dict = request) -> tuple[float, int]:
-          reply = _ok(peer.ask(op="time", **request))
-          return reply["seconds"], reply["substeps"]
+        def run(peer: Peer = peer, request: dict = request) -> int:
+          return _ok(peer.ask(op="time", **request))["substeps"]
 
-        self.timers.append((row, (n, t, k), run))
+        self.timers.append(Timer(row, (n, t, k), run, peer))
 
   def add_mjbatch(self) -> None:
     rows = ["mjbatch_0.1.4.Batch", "mjbatch_0.1.4.python_mj_step"]
@@ -468,13 +554,12 @@ class Harness:
     serial_peer = self.peers[-1]
     warmup, steps = self.args.serial_warmup, self.args.serial_steps
 
-    def serial() -> tuple[float, int]:
-      reply = _ok(serial_peer.ask(op="serial", warmup=warmup, steps=steps))
-      return reply["seconds"], reply["substeps"]
+    def serial() -> int:
+      return _ok(serial_peer.ask(op="serial", warmup=warmup, steps=steps))["substeps"]
 
     try:
       serial()
-      self.timers.append(("mjbatch_0.1.4.python_mj_step", None, serial))
+      self.timers.append(Timer("mjbatch_0.1.4.python_mj_step", None, serial, serial_peer))
     except PeerError as e:
       self.unavailable["mjbatch_0.1.4.python_mj_step"] = str(e)
     self._peer_timers("mjbatch_0.1.4.Batch", "mjbatch", python)
@@ -496,21 +581,28 @@ class Harness:
                              "mujoco": hello["mujoco"]}
     self._peer_timers("mjx", "mjx", python)
 
-  def measure(self, bar: Bar) -> dict[tuple[str, Any], list[float]]:
-    """Throughput samples by (row, config); every repeat runs every timer once, in turn."""
-    samples: dict[tuple[str, Any], list[float]] = {}
+  def measure(self, bar: Bar) -> list[dict[tuple[str, Any], Sample]]:
+    """One block of every timer per repeat, in turn: a dict per repeat by (row, config)."""
+    repeats: list[dict[tuple[str, Any], Sample]] = []
     for _ in range(self.args.repeats):
-      for row, config, run in self.timers:
-        if row in self.unavailable:
-          bar.tick(f"{row} (failed)")
+      samples: dict[tuple[str, Any], Sample] = {}
+      for timer in self.timers:
+        if timer.row in self.unavailable:
+          bar.tick(f"{timer.row} (failed)")
           continue
         try:
-          seconds, substeps = run()
-          samples.setdefault((row, config), []).append(substeps / seconds)
+          peer_cpu = timer.peer.cpu_seconds() if timer.peer else 0.0
+          cpu, wall = time.process_time(), time.perf_counter()
+          substeps = timer.run()
+          wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
+          if timer.peer:
+            cpu += timer.peer.cpu_seconds() - peer_cpu
+          samples[(timer.row, timer.config)] = Sample(substeps, wall, cpu)
         except Exception as e:
-          self.unavailable[row] = f"{type(e).__name__}: {e}"
-        bar.tick(f"{row} {config or ''}")
-    return samples
+          self.unavailable[timer.row] = f"{type(e).__name__}: {e}"
+        bar.tick(f"{timer.row} {timer.config or ''}")
+      repeats.append(samples)
+    return repeats
 
   def close(self) -> None:
     for peer in self.peers:
@@ -521,27 +613,46 @@ class Harness:
       runner.close()
 
 
-def summarize(harness: Harness, samples: dict[tuple[str, Any], list[float]]) -> dict[str, Any]:
-  medians = {key: statistics.median(values) for key, values in samples.items()}
+def _stats(values: list[float]) -> dict[str, float]:
+  return {"median": statistics.median(values), "min": min(values), "max": max(values)}
+
+
+def summarize(harness: Harness, repeats: list[dict[tuple[str, Any], Sample]]) -> dict[str, Any]:
+  """Per row and configuration: throughputs and, per repeat, ratios to each limit in that repeat.
+
+  A ratio pairs a row's block with the limit's block of the same repeat, which ran moments
+  apart, so the spread of the ratios is the noise the interleaving did not cancel.
+  """
   rows: dict[str, Any] = {}
   for name, meaning in ROWS:
     if name in harness.unavailable:
       rows[name] = {"meaning": meaning, "available": False, "reason": harness.unavailable[name]}
       continue
+    configs: list[Any] = [None] if name in SERIAL_ROWS else harness.configs
     results = []
-    for config in harness.configs:
-      n, t, k = config
-      key = (name, None if name in SERIAL_ROWS else config)
-      if key not in medians:
+    for config in configs:
+      key = (name, config)
+      blocks = [r[key] for r in repeats if key in r]
+      if not blocks:
         continue
-      limit = medians.get(("c_loop", config))
-      results.append({
-        "num_sims": n, "threads": t, "nstep": k,
-        "throughput": medians[key],
-        "samples": samples[key],
-        "ratio_to_c_loop": medians[key] / limit if limit else None,
-        "compile_s": harness.compile_s.get((name, config)),
-      })
+      entry: dict[str, Any] = {
+        "substeps_per_block": blocks[0].substeps,
+        "wall_s": [b.wall_s for b in blocks],
+        "cpu_s": [b.cpu_s for b in blocks],
+        "throughput_wall": _stats([b.substeps / b.wall_s for b in blocks]),
+        "throughput_cpu": _stats([b.substeps / max(b.cpu_s, 1e-9) for b in blocks]),
+      }
+      if config is not None:
+        n, t, k = config
+        entry.update(num_sims=n, threads=t, nstep=k, calls=harness.calls[config],
+                     compile_s=harness.compile_s.get((name, config)))
+        for limit in LIMITS:
+          for clock, attr in (("cpu", "cpu_s"), ("wall", "wall_s")):
+            # throughput / limit's throughput over the same substeps = limit's time / row's time
+            ratios = [getattr(r[(limit, config)], attr) / max(getattr(r[key], attr), 1e-9)
+                      for r in repeats if key in r and (limit, config) in r]
+            entry[f"ratio_to_{limit}_{clock}"] = _stats(ratios) if ratios else None
+      results.append(entry)
     if results:
       rows[name] = {"meaning": meaning, "available": True, "results": results}
     else:
@@ -549,26 +660,53 @@ def summarize(harness: Harness, samples: dict[tuple[str, Any], list[float]]) -> 
   return rows
 
 
+def _cell(stats: dict[str, float] | None) -> str:
+  if stats is None:
+    return "-"
+  return f"{stats['median']:.2f} ({stats['min']:.2f}-{stats['max']:.2f})"
+
+
 def format_table(rows: dict[str, Any], configs: Sequence[tuple[int, int, int]]) -> str:
   headers = [f"N={n} T={t} k={k}" for n, t, k in configs]
-  width = max(len(h) for h in headers) + 2
+  width = max(max(len(h) for h in headers), len("0.00 (0.00-0.00)")) + 2
   name_width = max(len(n) for n in ROW_NAMES) + 2
-  lines = ["ratio to the C loop at the same thread count (sim-substeps/s in brackets, k/s)",
-           "row".ljust(name_width) + "".join(h.rjust(width) for h in headers)]
-  for name in ROW_NAMES:
-    row = rows[name]
-    if not row["available"]:
-      lines.append(name.ljust(name_width) + f"unavailable: {row['reason']}"[:200])
+  lines = []
+
+  def by_config(name: str) -> dict[tuple[int, int, int], dict[str, Any]]:
+    return {(r["num_sims"], r["threads"], r["nstep"]): r for r in rows[name]["results"]}
+
+  limit = rows["c_loop"]
+  if limit["available"]:
+    lines.append("c_loop sim-substeps per CPU second (per wall second), k/s")
+    found = [by_config("c_loop").get(c) for c in configs]
+    cells = [f"{r['throughput_cpu']['median'] / 1e3:.1f} "
+             f"({r['throughput_wall']['median'] / 1e3:.1f})" if r else "-" for r in found]
+    lines.append("c_loop".ljust(name_width) + "".join(c.rjust(width) for c in cells))
+  for limit_name, clock in (("c_loop", "cpu"), ("c_lockstep", "cpu"), ("c_loop", "wall")):
+    lines += ["", f"ratio to {limit_name} by {clock.upper()} time: median over repeats "
+              "(smallest-largest)", "row".ljust(name_width) + "".join(h.rjust(width)
+                                                                     for h in headers)]
+    if not rows[limit_name]["available"]:
+      lines.append(f"  {limit_name} unavailable: {rows[limit_name]['reason']}"[:200])
       continue
-    by_config = {(r["num_sims"], r["threads"], r["nstep"]): r for r in row["results"]}
-    cells = []
-    for config in configs:
-      r = by_config.get(config)
-      if r is None or r["ratio_to_c_loop"] is None:
-        cells.append("-".rjust(width))
-      else:
-        cells.append(f"{r['ratio_to_c_loop']:.3f} ({r['throughput'] / 1e3:.0f})".rjust(width))
-    lines.append(name.ljust(name_width) + "".join(cells))
+    for name in ROW_NAMES:
+      if name in SERIAL_ROWS:
+        continue
+      row = rows[name]
+      if not row["available"]:
+        lines.append(name.ljust(name_width) + f"unavailable: {row['reason']}"[:200])
+        continue
+      found = by_config(name)
+      cells = [_cell(found[c].get(f"ratio_to_{limit_name}_{clock}")) if c in found else "-"
+               for c in configs]
+      lines.append(name.ljust(name_width) + "".join(c.rjust(width) for c in cells))
+  apart = [name for name in SERIAL_ROWS if rows[name]["available"]]
+  if apart:
+    lines += ["", "reported apart (one trajectory from the start state, not the same rows):"]
+    for name in apart:
+      r = rows[name]["results"][0]
+      lines.append(f"  {name}: {r['throughput_cpu']['median'] / 1e3:.1f} k substeps per CPU s, "
+                   f"{r['throughput_wall']['median'] / 1e3:.1f} k per wall s")
   compile_lines = []
   for name in ROW_NAMES:
     row = rows[name]
@@ -591,17 +729,17 @@ def plot(plt: Any, rows: dict[str, Any], args: argparse.Namespace, path: Path, t
     ):
       for name in ROW_NAMES:
         row = rows[name]
-        if not row["available"]:
+        if not row["available"] or name in SERIAL_ROWS:
           continue
         points = sorted(
-          (r[x_name], r["throughput"]) for r in row["results"]
+          (r[x_name], r["throughput_wall"]["median"]) for r in row["results"]
           if r["nstep"] == k and r[fixed_name] == fixed
         )
         if points:
           xs, ys = zip(*points, strict=True)
           ax.plot(xs, ys, marker="o", label=name)
       ax.set_xlabel("threads T" if x_name == "threads" else "simulations N")
-      ax.set_ylabel("sim-substeps / s")
+      ax.set_ylabel("sim-substeps / wall s")
       ax.set_yscale("log")
       if x_name == "num_sims":
         ax.set_xscale("log", base=2)
@@ -621,20 +759,20 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
   jax.config.update("jax_enable_x64", True)
   xml, model = resolve_model(args.model)
   label = model_label(args.model, xml)
-  inputs = Inputs(model, max(args.num_sims))
+  inputs = Inputs(model, max(args.num_sims), args.settle)
   harness = Harness(args, xml, model, inputs)
-  per_repeat = len(harness.configs) * (len(ROW_NAMES) - len(SERIAL_ROWS)) + len(SERIAL_ROWS)
-  bar = Bar(len(ROW_NAMES) - 1 + args.repeats * per_repeat)
+  bar = Bar(len(ROW_NAMES) - 1 + args.repeats * len(harness.configs) * len(ROW_NAMES))
   with tempfile.TemporaryDirectory() as tmp:
     harness.info["tmpdir"] = tmp
     try:
+      harness.calibrate()
       harness.build(bar)
       bar.total = bar.done + args.repeats * len(harness.timers)
-      samples = harness.measure(bar)
+      repeats = harness.measure(bar)
     finally:
       bar.close()
       harness.close()
-  rows = summarize(harness, samples)
+  rows = summarize(harness, repeats)
   result = {
     "model": label,
     "model_path": str(xml) if xml else None,
@@ -642,8 +780,10 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     "machine": machine_info([sys.argv[0], *argv]),
     "settings": {
       "num_sims": args.num_sims, "threads": args.threads, "nstep": args.nstep,
-      "calls": args.calls, "repeats": args.repeats, "serial_warmup": args.serial_warmup,
-      "serial_steps": args.serial_steps, "peers": sorted(args.peers),
+      "calls": {f"N={n} T={t} k={k}": c for (n, t, k), c in harness.calls.items()},
+      "min_block_s": args.min_block, "settle": args.settle, "repeats": args.repeats,
+      "serial_warmup": args.serial_warmup, "serial_steps": args.serial_steps,
+      "peers": sorted(args.peers),
     },
     "peers": {k: v for k, v in harness.info.items() if k.endswith("_peer")},
     "rows": rows,

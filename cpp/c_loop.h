@@ -13,6 +13,14 @@ namespace mjbatch_jax {
 // mjData until the last one finishes. states is not changed.
 double StepLoop(const mjModel* m, const mjtNum* states, int nsim, int nthread, int nstep);
 
+// The limit of a batch that steps every simulation one substep per call: as StepLoop, but substep
+// by substep in lock step, each simulation loaded from and saved back to its own row (a copy of
+// states made before the clock starts) with mj_setState and mj_getState on every substep. The
+// threads do not meet between substeps, so a batch's per-call join is not in it. states is not
+// changed.
+double StepLoopLockstep(const mjModel* m, const mjtNum* states, int nsim, int nthread,
+                        int nstep);
+
 }  // namespace mjbatch_jax
 
 #endif  // MJBATCH_JAX_C_LOOP_H_

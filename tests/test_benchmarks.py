@@ -31,6 +31,7 @@ TINY_XML = """
 # Rows of this project and of peers every install has; they must measure, never be skipped.
 REQUIRED_ROWS = (
   "c_loop",
+  "c_lockstep",
   "python_mj_step",
   "mjbatch_jax.Batch",
   "mujoco.batch",
@@ -39,6 +40,13 @@ REQUIRED_ROWS = (
   "mujoco.rollout",
 )
 OPTIONAL_ROWS = ("mjbatch_0.1.4.Batch", "mjbatch_0.1.4.python_mj_step", "mjx")
+
+
+def _has_lockstep_loop() -> bool:
+  # An extension built before step_loop_lockstep existed reports that row unavailable instead.
+  from mjbatch_jax._extension import ext
+
+  return hasattr(ext, "step_loop_lockstep")
 
 
 @pytest.fixture
@@ -77,28 +85,57 @@ def test_scaling_reports_every_row(tiny_model: Path, tmp_path: Path):
   out = tmp_path / "results"
   _run(
     "scaling.py", str(tiny_model), "--num-sims", "4", "--threads", "1", "--nstep", "1",
-    "--repeats", "1", "--calls", "1", "--serial-warmup", "1", "--serial-steps", "2",
+    "--repeats", "2", "--calls", "1", "--settle", "5",
     "--peers", "python,mujoco.batch,mujoco.rollout,mjbatch", "--out", str(out),
   )
   result = _only_json(out, "tiny-*.json")
   assert list(out.glob("tiny-*.png"))
   assert set(result["rows"]) == set(REQUIRED_ROWS + OPTIONAL_ROWS)
-  for name in REQUIRED_ROWS:
+  required = [r for r in REQUIRED_ROWS if r != "c_lockstep" or _has_lockstep_loop()]
+  for name in required:
     row = result["rows"][name]
     assert row["available"], f"{name}: {row.get('reason')}"
     (entry,) = row["results"]
-    assert (entry["num_sims"], entry["threads"], entry["nstep"]) == (4, 1, 1)
-    assert entry["throughput"] > 0
-    assert entry["ratio_to_c_loop"] > 0
+    assert (entry["num_sims"], entry["threads"], entry["nstep"], entry["calls"]) == (4, 1, 1, 1)
+    # Every row runs the same work: N simulations for calls * nstep substeps, once per repeat.
+    assert entry["substeps_per_block"] == 4
+    assert len(entry["wall_s"]) == len(entry["cpu_s"]) == 2
+    for clock in ("wall", "cpu"):
+      stats = entry[f"throughput_{clock}"]
+      assert 0 < stats["min"] <= stats["median"] <= stats["max"]
+      ratio = entry[f"ratio_to_c_loop_{clock}"]
+      assert 0 < ratio["min"] <= ratio["median"] <= ratio["max"]
   for name in OPTIONAL_ROWS:
     row = result["rows"][name]
     # Without --mjbatch-python and with mjx left out, these say why they did not run.
     assert row["available"] is False and row["reason"], name
   for name in ("mjbatch_jax.step_scan", "mjbatch_jax.rollout"):
     assert result["rows"][name]["results"][0]["compile_s"] >= 0
+  settings = result["settings"]
+  assert settings["settle"] == 5 and settings["calls"] == {"N=4 T=1 k=1": 1}
   machine = result["machine"]
   for key in ("cpu", "logical_cpus", "python", "jax", "mujoco", "command"):
     assert machine[key], key
+
+
+def test_scaling_calibrates_calls_per_configuration(tiny_model: Path, tmp_path: Path):
+  # Without --calls, each configuration's block is sized from a C loop call; the serial Python
+  # row only runs where T=1, on the same rows as the others.
+  out = tmp_path / "results"
+  _run(
+    "scaling.py", str(tiny_model), "--num-sims", "2", "--threads", "1,2", "--nstep", "1",
+    "--repeats", "1", "--min-block", "0.001", "--max-calls", "50", "--settle", "0",
+    "--peers", "python", "--no-plot", "--out", str(out),
+  )
+  result = _only_json(out, "tiny-*.json")
+  calls = result["settings"]["calls"]
+  assert set(calls) == {"N=2 T=1 k=1", "N=2 T=2 k=1"}
+  assert all(1 <= c <= 50 for c in calls.values())
+  python = result["rows"]["python_mj_step"]
+  assert [r["threads"] for r in python["results"]] == [1]
+  batch = {r["threads"]: r for r in result["rows"]["mjbatch_jax.Batch"]["results"]}
+  for t, entry in batch.items():
+    assert entry["substeps_per_block"] == 2 * calls[f"N=2 T={t} k=1"]
 
 
 def test_scaling_rejects_an_unknown_model(tmp_path: Path):
