@@ -1,8 +1,8 @@
 """Throughput of an RL training rollout on mjbatch_jax.envs against the bare physics.
 
 Rows, each a jitted lax.scan of `--unroll` control steps of `--substeps` substeps on N envs:
-  physics:  mjbatch_jax.step on the (N, nstate) rows with fixed controls (the same custom calls
-            as the env, nothing around them)
+  physics:  mjbatch_jax.step on the same (N, nstate) rows, replaying the controls the policy
+            chose (the same custom calls as the env, nothing around them)
   env:      a Go1 walking env (mjbatch_jax.envs: observation, reward, episode bookkeeping,
             auto-reset of rows and params) driven by an MLP policy (2 x 128 tanh), the whole
             unroll jitted as a training loop does
@@ -115,22 +115,25 @@ def build(model: mujoco.MjModel, n: int, unroll: int, substeps: int, threads: in
       s = carry
       action = mlp(policy, s.obs) + 0.1 * jax.random.normal(k, (n, walk.action_size))
       s = env.step(s, action)
-      return s, s.reward
+      return s, (s.reward, walk._ctrl0 + 0.3 * action)
     return jax.lax.scan(one, state, jax.random.split(key, unroll))
 
   sim = walk.sim
   rows = state.data.row
-  ctrl = jnp.broadcast_to(walk._ctrl0, (n, model.nu))
   params = sim.params(n)
+  # The physics alone replays the controls the policy chose, from the same rows: a robot driven
+  # by a policy costs more per substep (more contacts, more solver iterations) than one holding a
+  # pose, so fixed controls would flatter the env's overhead.
+  _, (_, ctrls) = env_rollout(state, policy, jax.random.key(2))
 
   @jax.jit
-  def physics_rollout(rows: jax.Array) -> Any:
-    def one(s: jax.Array, _: Any) -> Any:
+  def physics_rollout(rows: jax.Array, ctrls: jax.Array) -> Any:
+    def one(s: jax.Array, ctrl: jax.Array) -> Any:
       return mjbatch_jax.step(s, ctrl, params, nstep=substeps), None
-    return jax.lax.scan(one, rows, None, length=unroll)[0]
+    return jax.lax.scan(one, rows, ctrls)[0]
 
   return {"env": (env_rollout, (state, policy, jax.random.key(2))),
-          "physics": (physics_rollout, (rows,)), "walk": walk}
+          "physics": (physics_rollout, (rows, ctrls)), "walk": walk}
 
 
 def timed(fn: Any, args: tuple) -> tuple[float, float]:

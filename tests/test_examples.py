@@ -59,9 +59,170 @@ def test_cartpole_swingup(tmp_path):
   assert saved["gains"].shape == (100, 1, 6)
 
 
-def test_sysid():
-  # The comparison with mujoco.sysid is the slow half and asserts nothing of ours: skipped.
-  out = run("sysid.py", "--skip-mujoco-sysid")
+def test_g1_tracking(tmp_path):
+  import json
+
+  from tests.models import G1, MODELS_MISSING
+
+  if not G1.exists():
+    pytest.skip(MODELS_MISSING)
+  # A reduced size: the clip's first 20 frames, 2 iLQR iterations.
+  out = run("g1_tracking.py", "--frames", "20", "--iterations", "2", "--results", str(tmp_path),
+            timeout=600)
+  before = number(r"tracking error: ([\d.]+) mm ->", out)
+  after = number(r"tracking error: [\d.]+ mm -> ([\d.]+) mm", out)
+  assert np.isfinite(before) and np.isfinite(after)
+  assert after < before
+  assert number(r"cost: [\d.]+ -> ([\d.]+)", out) < number(r"cost: ([\d.]+) ->", out)
+  assert "upright at every frame" in out
+  plan = np.load(tmp_path / "g1_tracking.npz")
+  assert plan["ctrl"].shape == (20, 29)
+  assert np.all(np.isfinite(plan["ctrl"])) and np.all(np.isfinite(plan["qpos"]))
+  summary = json.loads((tmp_path / "g1_tracking.json").read_text())
+  assert summary["results"]["iLQR plan"]["upright"]
+
+  # --play replays the saved plan open-loop and gets the same numbers, bit for bit.
+  replay = run("g1_tracking.py", "--play", "--results", str(tmp_path))
+  assert "replay differs from the saved plan by 0.0e+00" in replay
+  assert number(r"all bodies +([\d.]+)", replay) == pytest.approx(after, abs=0.05)
+  assert (tmp_path / "g1_tracking.png").exists()
+
+  # A missing plan is a clear error, not a traceback.
+  done = subprocess.run(
+    [sys.executable, str(EXAMPLES / "g1_tracking.py"), "--play", "--out", str(tmp_path / "no")],
+    capture_output=True, text=True, timeout=300, cwd=EXAMPLES.parent,
+  )
+  assert done.returncode == 1 and "no plan at" in done.stderr and "Traceback" not in done.stderr
+
+
+def _refusal(script: str, *args: str) -> tuple[int, str]:
+  """Exit code and stderr of an example run that should refuse its arguments."""
+  done = subprocess.run([sys.executable, str(EXAMPLES / script), *args], capture_output=True,
+                        text=True, timeout=300, cwd=EXAMPLES.parent)
+  assert "Traceback" not in done.stderr, done.stderr
+  return done.returncode, done.stderr
+
+
+def test_arm_throw(tmp_path):
+  # A reduced size: 16 candidates x 4 CEM iterations (the full run: 256 x 60).
+  result = tmp_path / "throw.npz"
+  out = run("arm_throw.py", "--population", "16", "--iterations", "4", "--out", str(result))
+  hand = number(r"best of \d+ hand designs: ([\d.]+) m", out)
+  best = number(r"optimised design: ([\d.]+) m", out)
+  assert hand > 3.0
+  assert best >= 1.05 * hand  # morphology and control searched together beat every hand design
+  # A candidate (its params row, set_const) equals an MjModel compiled with its morphology.
+  assert number(r"max \|difference\| ([\d.e+-]+) with set_const", out) <= 1e-12
+  assert number(r"set_const, ([\d.e+-]+) without", out) > 1e-3  # the derived constants matter
+  assert 0 < number(r"\((\d+)% physics\)", out) <= 200
+  saved = np.load(result)
+  assert saved["design"].shape == (12,) and np.all((saved["design"] >= 0) & (saved["design"] <= 1))
+  assert float(saved["distance"]) == pytest.approx(best, abs=1e-3)
+
+  played = run("arm_throw.py", "--play", str(result))
+  assert number(r"optimised  : ([\d.]+) m", played) == pytest.approx(best, abs=1e-3)
+  assert number(r"hand design: ([\d.]+) m", played) == pytest.approx(hand, abs=1e-3)
+  assert (tmp_path / "throw.png").is_file()
+  assert "video saved" in played or "video skipped" in played
+
+
+def test_arm_throw_refuses_bad_flags(tmp_path):
+  code, err = _refusal("arm_throw.py", "--population", "4")
+  assert code == 2 and "--population must be at least 8" in err
+  code, err = _refusal("arm_throw.py", "--iterations", "0")
+  assert code == 2 and "--iterations must be at least 1" in err
+  code, err = _refusal("arm_throw.py", "--threads", "-1")
+  assert code == 2 and "--threads must be in" in err
+  code, err = _refusal("arm_throw.py", "--play", str(tmp_path / "missing.npz"))
+  assert code == 1 and "no result file" in err
+  other = tmp_path / "other.npz"
+  np.savez(other, something=1)
+  code, err = _refusal("arm_throw.py", "--play", str(other))
+  assert code == 1 and "not an arm_throw result" in err
+  stale = tmp_path / "stale.npz"
+  np.savez(stale, model_version="0123456789abcdef", design=np.zeros(12), hand_design=np.zeros(12),
+           distance=1.0, hand_distance=1.0, best_per_iteration=[1.0], mean_per_iteration=[1.0])
+  code, err = _refusal("arm_throw.py", "--play", str(stale))
+  assert code == 1 and "another version of the arm model" in err
+
+
+def test_sysid_identifiability(tmp_path):
+  # A reduced size: 200 commands (4 windows of 50), at most 10 LM iterations per excitation.
+  result = tmp_path / "sysid.npz"
+  out = run("sysid.py", "--samples", "200", "--iterations", "10", "--skip-mujoco-sysid",
+            "--out", str(result))
   before = number(r"error before: ([\d.]+) rad", out)
   after = number(r"error after: +([\d.]+) rad", out)
   assert after * 10 <= before
+  assert after < 2e-4  # down to the encoder noise, 1e-4 rad
+  # 43 of the 70 numbers' directions change the joints' motion at all; the seed's excitation pins
+  # fewer of them than the richer one.
+  assert number(r"identifiable: (\d+) of 70", out) == 43
+  seed = number(r"seed excitation: (\d+) of the 43", out)
+  rich = number(r"rich excitation: (\d+) of the 43", out)
+  assert rich >= seed + 10
+  # The richer excitation's fit predicts a held-out recording of its kind better.
+  assert (number(r"error, rich : seed recording [\d.]+ rad RMS, rich recording ([\d.]+) rad", out)
+          < number(r"error, seed : seed recording [\d.]+ rad RMS, rich recording ([\d.]+) rad",
+                   out))
+  assert 0 < number(r"\((\d+)% physics\)", out) <= 200
+
+  played = run("sysid.py", "--play", str(result))
+  assert number(r"error, seed : seed recording ([\d.]+) rad", played) == pytest.approx(after,
+                                                                                     abs=1e-5)
+  assert (tmp_path / "sysid.png").is_file()
+
+
+def test_sysid_refuses_bad_flags(tmp_path):
+  code, err = _refusal("sysid.py", "--samples", "130")
+  assert code == 2 and "multiple of --window" in err
+  code, err = _refusal("sysid.py", "--window", "0")
+  assert code == 2 and "--window must be at least 1" in err
+  code, err = _refusal("sysid.py", "--iterations", "0")
+  assert code == 2 and "--iterations must be at least 1" in err
+  code, err = _refusal("sysid.py", "--play", str(tmp_path / "missing.npz"))
+  assert code == 1 and "no result file" in err
+  stale = tmp_path / "stale.npz"
+  np.savez(stale, model_version="0123456789abcdef", theta_true=np.zeros((7, 10)),
+           theta0=np.zeros((7, 10)), fits=np.array(["seed"]), heldout=np.zeros((1, 1)))
+  code, err = _refusal("sysid.py", "--play", str(stale))
+  assert code == 1 and "another version of the arm" in err
+
+
+def test_go1_joystick(tmp_path):
+  # One tiny PPO iteration, then a short --play of the policy it saved: the plumbing, not the
+  # learning (that takes tens of minutes, see examples/go1_joystick.py).
+  policy = tmp_path / "go1.npz"
+  args = ["--num-envs", "8", "--unroll", "4", "--iterations", "2", "--episode-length", "20"]
+  out = run("go1_joystick.py", *args, "--threads", "1", "--out", str(policy), timeout=600)
+  assert np.isfinite(number(r"iter    1: reward (\S+)/step", out))
+  assert np.isfinite(number(r"velocity error (\S+) m/s", out))
+  assert number(r"compile time of one training iteration: (\S+) s", out) < 120
+  assert number(r"iteration (\d+) its rollout", out.replace(",", "")) > 0
+  assert number(r"physics alone: rollout ([\d.]+)", out) > 0
+  saved = np.load(policy)
+  assert saved["policy_w0"].shape == (50, 128) and saved["log_std"].shape == (12,)
+  assert (tmp_path / "go1_curve.json").is_file() and (tmp_path / "go1_curve.png").is_file()
+
+  played = run("go1_joystick.py", "--play", "--play-seconds", "1", "--out", str(policy))
+  assert np.isfinite(number(r"mean forward-velocity error: (\S+) m/s", played))
+  assert number(r"falls: (\d+)", played) >= 0
+  assert (tmp_path / "go1_play.png").is_file()
+
+  # Refusals: a bad size, and a policy of a robot with another number of actuators.
+  import json  # here: the rest of this file does not need it
+
+  foreign = tmp_path / "foreign.npz"
+  arrays = dict(np.load(policy))
+  meta = json.loads(str(arrays["meta"]))
+  np.savez(foreign, **{**arrays, "meta": np.array(json.dumps({**meta, "nu": 6}))})
+  for args, message in (
+    (["--num-envs", "0"], "--num-envs must be >= 1"),
+    (["--play", "--out", str(foreign)], "trained for another model: 6 actions"),
+  ):
+    done = subprocess.run(
+      [sys.executable, str(EXAMPLES / "go1_joystick.py"), *args],
+      capture_output=True, text=True, timeout=300, cwd=EXAMPLES.parent,
+    )
+    assert done.returncode == 2 and message in done.stderr, done.stderr
+    assert "Traceback" not in done.stderr
