@@ -192,6 +192,10 @@ def test_sysid_refuses_bad_flags(tmp_path):
 def test_go1_joystick(tmp_path):
   # One tiny PPO iteration, then a short --play of the policy it saved: the plumbing, not the
   # learning (that takes tens of minutes, see examples/go1_joystick.py).
+  from tests.models import GO1, MODELS_MISSING
+
+  if not GO1.exists():
+    pytest.skip(MODELS_MISSING)
   policy = tmp_path / "go1.npz"
   args = ["--num-envs", "8", "--unroll", "4", "--iterations", "2", "--episode-length", "20"]
   out = run("go1_joystick.py", *args, "--threads", "1", "--out", str(policy), timeout=600)

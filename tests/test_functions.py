@@ -17,7 +17,7 @@ import mjbatch_jax
 from mjbatch_jax._extension import ext
 from tests import models
 from tests.models import FREEBALL_XML as TOY
-from tests.models import G1, GO1
+from tests.models import G1, GO1, requires_models
 from tests.models import SMOOTH_CARTPOLE as CARTPOLE
 
 jax.config.update("jax_enable_x64", True)
@@ -212,6 +212,7 @@ def test_concurrent_threads_on_one_simulator_match_serial():
     np.testing.assert_array_equal(results[k], serial[k])
 
 
+@requires_models
 def test_shard_map_over_two_cpu_devices_equals_one_device():
   script = textwrap.dedent(f"""
     import os
@@ -427,6 +428,7 @@ print(open("/proc/self/status").read().split("VmHWM:")[1].split()[0])  # KiB
 """
 
 
+@requires_models
 @pytest.mark.skipif(sys.platform != "linux", reason="reads /proc/self/status")
 def test_jax_path_memory_follows_threads_not_sims():
   def peak_kib(n):

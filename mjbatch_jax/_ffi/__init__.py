@@ -22,4 +22,11 @@ TARGETS = {
   "mjbatch_jax_finite_difference": finite_difference,
 }
 
-__all__ = ["DIFFERENTIATION_TRACERS", "HIGHER_ORDER", "NWARNING", "TARGETS", "register", "without_derivatives"]
+__all__ = [
+  "DIFFERENTIATION_TRACERS",
+  "HIGHER_ORDER",
+  "NWARNING",
+  "TARGETS",
+  "register",
+  "without_derivatives",
+]
