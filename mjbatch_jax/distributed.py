@@ -255,7 +255,10 @@ class _Watchdog:
         self.client.key_value_set(f"{_KEY}/exit/{self.me}", status, allow_overwrite=True)
       done.set()
 
-    threading.Thread(target=put, daemon=True).start()
+    try:
+      threading.Thread(target=put, daemon=True).start()
+    except RuntimeError:  # at interpreter shutdown (Python >= 3.12 refuses new threads then)
+      put()
     done.wait(2.0)
 
   def _stop(self, reason: str, publish: bool = True, reaction: bool = False) -> None:
