@@ -102,10 +102,49 @@ Extra ExtraStage(std::string_view name) {
 }
 
 template <typename T>
-void CopyField(const DataField& field, const mjData* d, T* out, int sim) {
+void CopyField(const DataField& field, const mjData* d, T* out, std::size_t row) {
   mjtNum* values;
   std::memcpy(&values, reinterpret_cast<const char*>(d) + field.offset, sizeof(values));
-  Convert(out + static_cast<std::size_t>(sim) * field.size, values, field.size);
+  Convert(out + row * field.size, values, field.size);
+}
+
+// The calls that some of a set of fields need beyond mj_forward.
+struct ExtraStages {
+  bool subtree_vel = false, rne_post = false, inverse = false;
+
+  static ExtraStages Of(const std::vector<DataField>& fields) {
+    ExtraStages stages;
+    for (const DataField& field : fields) {
+      Extra extra = ExtraStage(field.name);
+      stages.subtree_vel |= extra == Extra::kSubtreeVel;
+      stages.rne_post |= extra == Extra::kRnePost;
+      stages.inverse |= extra == Extra::kInverse;
+    }
+    return stages;
+  }
+};
+
+// Copy fields out of d into row `row` of outputs: after mj_forward and the extra stages they
+// need if forward (else as d stands), and qfrc_inverse after mj_inverse, which reuses
+// mj_forward's qacc but rewrites other fields, so it runs last. Owns no C++ objects: it runs
+// under mjb_apply, where a MuJoCo error unwinds with longjmp.
+template <typename T>
+void ObserveFields(const mjModel* m, mjData* d, const std::vector<DataField>& fields,
+                   const std::vector<T*>& outputs, std::size_t row, const ExtraStages& stages,
+                   bool forward) {
+  if (forward) {
+    mj_forward(m, d);
+    if (stages.subtree_vel) mj_subtreeVel(m, d);
+    if (stages.rne_post) mj_rnePostConstraint(m, d);
+  }
+  for (std::size_t f = 0; f < fields.size(); ++f) {
+    if (ExtraStage(fields[f].name) != Extra::kInverse) CopyField(fields[f], d, outputs[f], row);
+  }
+  if (!stages.inverse) return;
+  mj_inverse(m, d);
+  for (std::size_t f = 0; f < fields.size(); ++f) {
+    if (ExtraStage(fields[f].name) == Extra::kInverse) CopyField(fields[f], d, outputs[f], row);
+  }
 }
 
 template <typename T>
@@ -117,7 +156,7 @@ struct RolloutArgs {
   int nknot;
   int nstep;
   const Observation<T>* observe;  // may be nullptr
-  bool subtree_vel, rne_post, inverse;
+  ExtraStages stages;             // of the observed fields
 };
 
 // mjb_apply function: the rollout of one simulation. No C++ objects live here, since a MuJoCo
@@ -141,23 +180,8 @@ void RolloutSim(const mjModel* m, mjData* d, int sim, void* arg) {
       // At the new state: mj_forward reads the row and writes only derived fields, none of
       // which the next mj_step reads (it starts with its own mj_forward), so the trajectory is
       // the same with or without it.
-      if (a->observe->new_state) {
-        mj_forward(m, d);
-        if (a->subtree_vel) mj_subtreeVel(m, d);
-        if (a->rne_post) mj_rnePostConstraint(m, d);
-      }
-      const std::vector<DataField>& fields = *a->observe->fields;
-      for (std::size_t f = 0; f < fields.size(); ++f) {
-        if (ExtraStage(fields[f].name) == Extra::kInverse) continue;
-        CopyField(fields[f], d, (*a->observe->outputs)[f], static_cast<int>(knot));
-      }
-      if (a->inverse) {
-        mj_inverse(m, d);
-        for (std::size_t f = 0; f < fields.size(); ++f) {
-          if (ExtraStage(fields[f].name) != Extra::kInverse) continue;
-          CopyField(fields[f], d, (*a->observe->outputs)[f], static_cast<int>(knot));
-        }
-      }
+      ObserveFields(m, d, *a->observe->fields, *a->observe->outputs, knot, a->stages,
+                    a->observe->new_state);
     }
   }
   mj_freeStack(d);
@@ -172,29 +196,13 @@ template <typename T>
 struct ForwardArgs {
   const std::vector<DataField>* fields;
   const std::vector<T*>* outputs;
-  bool subtree_vel, rne_post, inverse;
+  ExtraStages stages;
 };
 
 template <typename T>
 void ForwardSim(const mjModel* m, mjData* d, int sim, void* arg) {
   auto* a = static_cast<ForwardArgs<T>*>(arg);
-  mj_forward(m, d);
-  if (a->subtree_vel) mj_subtreeVel(m, d);
-  if (a->rne_post) mj_rnePostConstraint(m, d);
-  const std::vector<DataField>& fields = *a->fields;
-  for (std::size_t f = 0; f < fields.size(); ++f) {
-    if (ExtraStage(fields[f].name) != Extra::kInverse) {
-      CopyField(fields[f], d, (*a->outputs)[f], sim);
-    }
-  }
-  if (!a->inverse) return;
-  // mj_inverse reuses mj_forward's qacc but rewrites other fields: it runs last.
-  mj_inverse(m, d);
-  for (std::size_t f = 0; f < fields.size(); ++f) {
-    if (ExtraStage(fields[f].name) == Extra::kInverse) {
-      CopyField(fields[f], d, (*a->outputs)[f], sim);
-    }
-  }
+  ObserveFields(m, d, *a->fields, *a->outputs, sim, a->stages, /*forward=*/true);
 }
 
 struct TransitionArgs {
@@ -557,17 +565,12 @@ Status Engine::Rollout(const Inputs<T>& in, int nknot, int nstep, const T* ctrls
                        T* states_out, T* sensordata_out, int32_t* warnings,
                        const Observation<T>* observe) {
   if (nstep < 1 || nknot < 0) return Status::InvalidArgument("need nstep >= 1 and nknot >= 0");
-  bool subtree_vel = false, rne_post = false, inverse = false;
+  ExtraStages stages;
   if (observe) {
     if (observe->fields->size() != observe->outputs->size()) {
       return Status::InvalidArgument("observe needs one output per field");
     }
-    for (const DataField& field : *observe->fields) {
-      Extra extra = ExtraStage(field.name);
-      subtree_vel |= extra == Extra::kSubtreeVel;
-      rne_post |= extra == Extra::kRnePost;
-      inverse |= extra == Extra::kInverse;
-    }
+    stages = ExtraStages::Of(*observe->fields);
   }
   Status first_failure;
   std::vector<T*> chunk_outputs;
@@ -588,9 +591,7 @@ Status Engine::Rollout(const Inputs<T>& in, int nknot, int nstep, const T* ctrls
                         nknot,
                         nstep,
                         observe ? &chunk_observe : nullptr,
-                        subtree_vel,
-                        rne_post,
-                        inverse};
+                        stages};
     const int* ids = count == slot->capacity ? nullptr : slot->ids.data();
     int nfail = 0;
     Status call = Call([&] {
@@ -620,20 +621,14 @@ Status Engine::Forward(const Inputs<T>& in, const std::vector<DataField>& fields
   if (fields.size() != outputs.size()) {
     return Status::InvalidArgument("forward needs one output per field");
   }
-  bool subtree_vel = false, rne_post = false, inverse = false;
-  for (const DataField& field : fields) {
-    Extra extra = ExtraStage(field.name);
-    subtree_vel |= extra == Extra::kSubtreeVel;
-    rne_post |= extra == Extra::kRnePost;
-    inverse |= extra == Extra::kInverse;
-  }
+  const ExtraStages stages = ExtraStages::Of(fields);
   Status first_failure;
   Status status = Run(in, [&](Slot* slot, std::size_t start, int count) {
     std::vector<T*> chunk_outputs;
     for (std::size_t f = 0; f < fields.size(); ++f) {
       chunk_outputs.push_back(outputs[f] + start * fields[f].size);
     }
-    ForwardArgs<T> args{&fields, &chunk_outputs, subtree_vel, rne_post, inverse};
+    ForwardArgs<T> args{&fields, &chunk_outputs, stages};
     const int* ids = count == slot->capacity ? nullptr : slot->ids.data();
     int nfail = 0;
     Status call = Call([&] {

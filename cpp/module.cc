@@ -31,6 +31,25 @@ std::shared_ptr<Engine> LiveEngine(int64_t id) {
   return engine;
 }
 
+// The binding of a C loop (StepLoop, StepLoopLockstep): checked rows in, seconds out.
+template <typename Loop>
+auto LoopBinding(Loop loop) {
+  return [loop](uintptr_t model, nb::ndarray<const double, nb::ndim<2>, nb::c_contig> states,
+                int nthread, int nstep) {
+    const mjModel* m = ModelAt(model);
+    if (nthread < 1 || nthread > Engine::kMaxThreads || nstep < 0) {
+      throw nb::value_error("need 1 <= nthread <= MAX_THREADS and nstep >= 0");
+    }
+    if (states.shape(1) != static_cast<std::size_t>(mj_stateSize(m, mjSTATE_INTEGRATION))) {
+      throw nb::value_error("states must be (N, nstate) mjSTATE_INTEGRATION rows");
+    }
+    int nsim = static_cast<int>(states.shape(0));
+    const double* rows = states.data();
+    nb::gil_scoped_release release;
+    return loop(m, rows, nsim, nthread, nstep);
+  };
+}
+
 }  // namespace
 
 NB_MODULE(_mjbatch_jax, m) {
@@ -110,41 +129,15 @@ NB_MODULE(_mjbatch_jax, m) {
   }, nb::arg("id"), nb::arg("name"),
      "mjtNum values per simulation of an mjData field; ValueError if forward cannot return it.");
 
-  m.def("step_loop",
-        [](uintptr_t model, nb::ndarray<const double, nb::ndim<2>, nb::c_contig> states,
-           int nthread, int nstep) {
-    const mjModel* m = ModelAt(model);
-    if (nthread < 1 || nthread > Engine::kMaxThreads || nstep < 0) {
-      throw nb::value_error("need 1 <= nthread <= MAX_THREADS and nstep >= 0");
-    }
-    if (states.shape(1) != static_cast<std::size_t>(mj_stateSize(m, mjSTATE_INTEGRATION))) {
-      throw nb::value_error("states must be (N, nstate) mjSTATE_INTEGRATION rows");
-    }
-    int nsim = static_cast<int>(states.shape(0));
-    const double* rows = states.data();
-    nb::gil_scoped_release release;
-    return StepLoop(m, rows, nsim, nthread, nstep);
-  }, nb::arg("model_address"), nb::arg("states"), nb::arg("nthread"), nb::arg("nstep"),
-     "Seconds to simulate each (N, nstate) row for nstep mj_step calls, on nthread threads that "
-     "each own one MjData: the benchmarks' limit.");
-
-  m.def("step_loop_lockstep",
-        [](uintptr_t model, nb::ndarray<const double, nb::ndim<2>, nb::c_contig> states,
-           int nthread, int nstep) {
-    const mjModel* m = ModelAt(model);
-    if (nthread < 1 || nthread > Engine::kMaxThreads || nstep < 0) {
-      throw nb::value_error("need 1 <= nthread <= MAX_THREADS and nstep >= 0");
-    }
-    if (states.shape(1) != static_cast<std::size_t>(mj_stateSize(m, mjSTATE_INTEGRATION))) {
-      throw nb::value_error("states must be (N, nstate) mjSTATE_INTEGRATION rows");
-    }
-    int nsim = static_cast<int>(states.shape(0));
-    const double* rows = states.data();
-    nb::gil_scoped_release release;
-    return StepLoopLockstep(m, rows, nsim, nthread, nstep);
-  }, nb::arg("model_address"), nb::arg("states"), nb::arg("nthread"), nb::arg("nstep"),
-     "As step_loop, but one substep of every simulation in turn, each loaded from and saved to "
-     "its row with mj_setState/mj_getState: the limit of a batch stepping one substep per call.");
+  m.def("step_loop", LoopBinding(StepLoop),
+        nb::arg("model_address"), nb::arg("states"), nb::arg("nthread"), nb::arg("nstep"),
+        "Seconds to simulate each (N, nstate) row for nstep mj_step calls, on nthread threads "
+        "that each own one MjData: the benchmarks' limit.");
+  m.def("step_loop_lockstep", LoopBinding(StepLoopLockstep),
+        nb::arg("model_address"), nb::arg("states"), nb::arg("nthread"), nb::arg("nstep"),
+        "As step_loop, but one substep of every simulation in turn, each loaded from and saved "
+        "to its row with mj_setState/mj_getState: the limit of a batch stepping one substep per "
+        "call.");
 }
 
 }  // namespace mjbatch_jax

@@ -100,7 +100,8 @@ def state_and_params(
       value = jnp.broadcast_to(value, (*lead, *entry))
     rows = spec.selection(i)
     if rows is not None:  # the selected rows over the model's values of the others
-      base = jnp.broadcast_to(jnp.asarray(_model_value(spec, name), dtype), (*lead, *shape))
+      base = jnp.asarray(model_value(spec.model_info.model, name), dtype)
+      base = jnp.broadcast_to(base, (*lead, *shape))
       index = (Ellipsis, np.asarray(rows), *(slice(None),) * (len(shape) - 1))
       value = base.at[index].set(value)
     columns.append(value.reshape(*lead, int(np.prod(shape))))
@@ -108,8 +109,8 @@ def state_and_params(
   return state, flat, spec, lead
 
 
-def _model_value(spec: SimSpec, name: str) -> np.ndarray:
-  model = spec.model_info.model
+def model_value(model: mujoco.MjModel, name: str) -> np.ndarray:
+  """The model's float64 values of a params field ("body_mass", "opt.gravity")."""
   if name.startswith("opt."):
     return np.asarray(getattr(model.opt, name[4:]), dtype=np.float64)
   return np.asarray(getattr(model, name), dtype=np.float64)

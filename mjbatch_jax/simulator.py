@@ -10,6 +10,7 @@ import jax.numpy as jnp
 import mujoco
 import numpy as np
 
+from mjbatch_jax import _checks
 from mjbatch_jax._extension import ext
 from mjbatch_jax.layout import StateLayout
 from mjbatch_jax.names import Names
@@ -84,7 +85,6 @@ class Simulator:
     )
     self._data: mujoco.MjData | None = None
     self._names: Names | None = None
-    self._forward_shapes: dict[str, tuple[int, ...]] = {}
 
   @property
   def model(self) -> mujoco.MjModel:
@@ -212,7 +212,7 @@ class Simulator:
     values, shapes, is_shared, rows_of = [], [], [], []
     for name in names:
       size = ext.param_size(self._id, name)  # ValueError naming the field if it cannot vary
-      value = self._model_value(name)
+      value = _checks.model_value(self._model, name)
       if value.size != size:
         raise ValueError(f"{name!r} holds {size} values per simulation, the model {value.size}")
       rows = self._rows(name, value, select[name]) if name in select else None
@@ -260,19 +260,10 @@ class Simulator:
       self._names = Names.of(self._model)
     return self._names
 
-  def _model_value(self, name: str) -> np.ndarray:
-    if name.startswith("opt."):
-      return np.asarray(getattr(self._model.opt, name[4:]), dtype=np.float64)
-    return np.asarray(getattr(self._model, name), dtype=np.float64)
-
   def forward_shape(self, name: str) -> tuple[int, ...]:
     """Shape of one simulation's values of an mjData field that `forward` can return."""
-    if name not in self._forward_shapes:
-      self._check_open()
-      size = ext.data_field_size(self._id, name)  # ValueError naming the field
-      shape = tuple(np.shape(getattr(self._template(), name)))
-      self._forward_shapes[name] = shape if int(np.prod(shape)) == size else (size,)
-    return self._forward_shapes[name]
+    self._check_open()
+    return _checks.forward_shape(self._spec, name)
 
 
 # Fields of each object kind, by prefix, for select's names.
