@@ -7,7 +7,7 @@ Rows, each a jitted lax.scan of `--unroll` control steps of `--substeps` substep
             auto-reset of rows and params) driven by an MLP policy (2 x 128 tanh), the whole
             unroll jitted as a training loop does
 Reported: env steps/s of each (CPU time and wall, medians of interleaved repeats), the env row as
-a ratio to the physics row, the compile time of each (first call minus a steady call), and with
+a ratio to the physics row, the compile time of each (its first call minus its second), and with
 --memory the RSS of the env rollout at N=4096 minus N=16 (fresh processes).
 
   python benchmarks/rl.py unitree_go1 --num-envs 1024 --threads 2
@@ -101,7 +101,7 @@ def mlp(layers: list[tuple[jax.Array, jax.Array]], x: jax.Array) -> jax.Array:
 
 
 def build(model: mujoco.MjModel, n: int, unroll: int, substeps: int, threads: int,
-          observe: str) -> dict:
+          observe: str, settle: int = 0) -> dict:
   """The two jitted rollouts and their inputs."""
   walk = Walk(model, substeps, threads, observe)
   env = envs.wrap_for_brax_training(walk, episode_length=1000)
@@ -118,6 +118,17 @@ def build(model: mujoco.MjModel, n: int, unroll: int, substeps: int, threads: in
       return s, (s.reward, walk._ctrl0 + 0.3 * action)
     return jax.lax.scan(one, state, jax.random.split(key, unroll))
 
+  # Steady state: every timed rollout starts from envs that have already run `settle` unrolls
+  # (episodes under way, some reset), not from the first substeps after a reset.
+  # The first two calls also give its compile time (the first call minus the second).
+  calls = []
+  for i in range(max(settle, 2)):
+    start = time.perf_counter()
+    key = jax.random.fold_in(jax.random.key(3), i)
+    out = jax.block_until_ready(env_rollout(state, policy, key))
+    calls.append(time.perf_counter() - start)
+    if i < settle:
+      state = out[0]
   sim = walk.sim
   rows = state.data.row
   params = sim.params(n)
@@ -133,7 +144,8 @@ def build(model: mujoco.MjModel, n: int, unroll: int, substeps: int, threads: in
     return jax.lax.scan(one, rows, ctrls)[0]
 
   return {"env": (env_rollout, (state, policy, jax.random.key(2))),
-          "physics": (physics_rollout, (rows, ctrls)), "walk": walk}
+          "physics": (physics_rollout, (rows, ctrls)), "walk": walk,
+          "env_compile_s": calls[0] - calls[1]}
 
 
 def timed(fn: Any, args: tuple) -> tuple[float, float]:
@@ -148,9 +160,9 @@ def rss_mb() -> float:
 
 
 def memory_child(model_name: str, n: int, unroll: int, substeps: int, threads: int,
-                 observe: str) -> None:
+                 observe: str, settle: int) -> None:
   _, model = resolve_model(model_name)
-  rows = build(model, n, unroll, substeps, threads, observe)
+  rows = build(model, n, unroll, substeps, threads, observe, settle)
   fn, args = rows["env"]
   jax.block_until_ready(fn(*args))
   jax.block_until_ready(fn(*args))
@@ -166,6 +178,8 @@ def main(argv: list[str]) -> None:
   parser.add_argument("--substeps", type=int, default=5)
   parser.add_argument("--threads", type=int, default=2)
   parser.add_argument("--repeats", type=int, default=7)
+  parser.add_argument("--settle", type=int, default=10,
+                      help="unrolls run before timing, so that the timed ones are in steady state")
   parser.add_argument("--observe", choices=("none", "step", "new"), default="none",
                       help="bodies' poses from the step call: none, in-step, or at the new state")
   parser.add_argument("--memory", action="store_true",
@@ -177,21 +191,23 @@ def main(argv: list[str]) -> None:
     parser.error("sizes must be >= 1 and --threads >= 0")
   if args.memory_child:
     memory_child(args.model, args.memory_child, args.unroll, args.substeps, args.threads,
-                 args.observe)
+                 args.observe, args.settle)
     return
   path, model = resolve_model(args.model)
   label = model_label(args.model, path)
-  rows = build(model, args.num_envs, args.unroll, args.substeps, args.threads, args.observe)
+  if args.settle < 0:
+    parser.error("--settle must be >= 0")
+  rows = build(model, args.num_envs, args.unroll, args.substeps, args.threads, args.observe,
+               args.settle)
   result: dict[str, Any] = {"machine": machine_info(sys.argv), "model": label,
-                            "observe": args.observe,
+                            "observe": args.observe, "settle": args.settle,
                             "num_envs": args.num_envs, "unroll": args.unroll,
                             "substeps": args.substeps, "threads": args.threads}
-  compile_s = {}
-  for name in ("physics", "env"):
-    fn, fargs = rows[name]
-    first, _ = timed(fn, fargs)
-    steady, _ = timed(fn, fargs)
-    compile_s[name] = first - steady
+  # The env's rollout was compiled while settling; the physics' now, the same way.
+  compile_s = {"env": rows["env_compile_s"]}
+  first, _ = timed(*rows["physics"])
+  steady, _ = timed(*rows["physics"])
+  compile_s["physics"] = first - steady
   times: dict[str, list[tuple[float, float]]] = {"physics": [], "env": []}
   for _ in range(args.repeats):
     for name in ("physics", "env"):
@@ -224,7 +240,7 @@ def main(argv: list[str]) -> None:
       out = subprocess.run(
         [sys.executable, __file__, args.model, "--memory-child", str(n), "--unroll",
          str(args.unroll), "--substeps", str(args.substeps), "--threads", str(args.threads),
-         "--observe", args.observe],
+         "--observe", args.observe, "--settle", str(args.settle)],
         capture_output=True, text=True, env=dict(os.environ), check=True)
       rss[n] = json.loads(out.stdout.strip().splitlines()[-1])["rss_mb"]
     result["rss_mb"] = rss

@@ -253,7 +253,8 @@ def test_rl_benchmark_reports_both_rollouts(
 ) -> None:
   out = tmp_path / "results"
   proc = _run("rl.py", str(tiny_model), "--num-envs", "4", "--unroll", "2", "--substeps", "2",
-              "--threads", "1", "--repeats", "1", "--observe", "new", "--out", str(out),
+              "--threads", "1", "--repeats", "1", "--settle", "1", "--observe", "new",
+              "--out", str(out),
               env=without_matplotlib)
   assert "no plot" in proc.stdout
   result = _only_json(out, "rl-tiny-*.json")

@@ -314,6 +314,70 @@ CASES = [
    ("raises", "ValueError", "warning")),
   ("forward no fields", "mjbatch_jax.forward(state, params, ())",
    ("raises", "ValueError", "non-empty")),
+  # Observations, params options, randomisation and names: the arguments added with them.
+  ("observe unknown field", "mjbatch_jax.step(state, ctrl, params, observe=('site_xposs',))",
+   ("raises", "ValueError", "site_xposs")),
+  ("observe a string", "mjbatch_jax.step(state, ctrl, params, observe='xpos')",
+   ("raises", "ValueError", "string")),
+  ("observe twice", "mjbatch_jax.step(state, ctrl, params, observe=('xpos', 'xpos'))",
+   ("raises", "ValueError", "once")),
+  ("observe_at unknown",
+   "mjbatch_jax.step(state, ctrl, params, observe=('xpos',), observe_at='before')",
+   ("raises", "ValueError", "observe_at")),
+  ("rollout observe arena field",
+   "mjbatch_jax.rollout(state, ctrls, params, observe=('efc_force',))",
+   ("raises", "ValueError", "efc_force")),
+  ("observe after close", "sim.close(); mjbatch_jax.step(state, ctrl, params, observe=('xpos',))",
+   ("raises", "ValueError", "closed")),
+  ("observe with NaN state", textwrap.dedent("""
+    bad = state.at[0, sim.layout.qpos].set(jnp.nan)
+    out, obs, warnings = mjbatch_jax.step(bad, ctrl, params, observe=('xpos',),
+                                          return_warnings=True)
+    assert np.isfinite(np.asarray(obs['xpos'])).all() and warnings[0].sum() > 0
+    """), ("ok",)),
+  ("shared leaf with a batch axis", textwrap.dedent("""
+    p = sim.params(N, ('opt.gravity',), shared=('opt.gravity',))
+    mjbatch_jax.step(state, ctrl, p.replace({'opt.gravity': jnp.zeros((N, 3))}))
+    """), ("raises", "ValueError", "shared by all simulations")),
+  ("shared unknown field", "sim.params(N, ('body_mass',), shared=('geom_friction',))",
+   ("raises", "ValueError", "not among fields")),
+  ("select out of range", "sim.params(N, ('body_mass',), select={'body_mass': [99]})",
+   ("raises", "ValueError", "rows 0")),
+  ("select a float", "sim.params(N, ('body_mass',), select={'body_mass': [1.5]})",
+   ("raises", "ValueError", "ids or names")),
+  ("select a typo", "sim.params(N, ('body_mass',), select={'body_mass': ['poll']})",
+   ("raises", "ValueError", "pole")),
+  ("select wrong leaf shape", textwrap.dedent("""
+    p = sim.params(N, ('body_mass',), select={'body_mass': ['pole']})
+    mjbatch_jax.step(state, ctrl, p.replace({'body_mass': jnp.ones((N, 2))}))
+    """), ("raises", "ValueError", "body_mass")),
+  ("set_const not a bool", "sim.params(N, ('body_mass',), set_const='yes')",
+   ("raises", "ValueError", "set_const")),
+  ("set_const with NaN mass", textwrap.dedent("""
+    p = sim.params(N, ('body_mass',), set_const=True)
+    out, w = mjbatch_jax.step(state, ctrl, p.replace(
+        {'body_mass': p['body_mass'].at[1].set(jnp.nan)}), return_warnings=True)
+    assert out.shape == state.shape
+    """), ("ok",)),
+  ("set_const after close", textwrap.dedent("""
+    p = sim.params(N, ('body_mass',), set_const=True)
+    sim.close()
+    mjbatch_jax.step(state, ctrl, p)
+    """), ("raises", "ValueError", "closed")),
+  ("randomize unknown field",
+   "mjbatch_jax.randomize(jax.random.key(0), params, uniform={'dof_damping': (0, 1)})",
+   ("raises", "ValueError", "dof_damping")),
+  ("randomize a dict", "mjbatch_jax.randomize(jax.random.key(0), {'a': 1}, uniform={})",
+   ("raises", "ValueError", "Simulator.params")),
+  ("randomize twice one field", textwrap.dedent("""
+    mjbatch_jax.randomize(jax.random.key(0), params, uniform={'body_mass': (1, 2)},
+                          scale={'body_mass': (1, 2)})
+    """), ("raises", "ValueError", "one way")),
+  ("tree_replace unknown path", "mjbatch_jax.tree_replace({'a': 1}, {'b.c': 2})",
+   ("raises", "KeyError", "b")),
+  ("names typo", "sim.names.joint('hingee')", ("raises", "ValueError", "hinge")),
+  ("names empty", "sim.names.site('')", ("raises", "ValueError", "unnamed")),
+  ("names not a string", "sim.names.body(3)", ("raises", "ValueError", "strings")),
   # Simulator arguments.
   ("Simulator of a string", "mjbatch_jax.Simulator('model.xml')",
    ("raises", "ValueError", "MjModel")),
