@@ -225,10 +225,14 @@ class _Watchdog:
     self.failed: str | None = None  # the exception that ended this process's script
     self.stopping = threading.Lock()
     self.names: dict[int, str] = {}  # process -> "host pid N", once setup has exchanged them
+    self.quit = threading.Event()  # set at a clean exit: the threads leave their loops
+    self.threads: list[threading.Thread] = []
 
   def start(self) -> None:
     for target in (self._beat, self._judge):
-      threading.Thread(target=target, name=f"mjbatch_jax{target.__name__}", daemon=True).start()
+      thread = threading.Thread(target=target, name=f"mjbatch_jax{target.__name__}", daemon=True)
+      thread.start()
+      self.threads.append(thread)
     # Registered after JAX's own exit handler, so it runs first (atexit is last in, first out).
     atexit.register(self._at_exit)
 
@@ -245,6 +249,15 @@ class _Watchdog:
       self.failed = text.splitlines()[0][:300]
       # The others would wait in a collective for this process forever: tell them now.
       self._publish(f"failed: {self.failed}")
+      # The watchdog keeps running: it ends this process when the others have seen the failure,
+      # which JAX's shutdown barrier would otherwise wait for until its own timeout.
+      return
+    # A clean exit: the threads must leave JAX's C++ calls before the interpreter finalizes. A
+    # daemon thread that comes back from one then is ended by pthread_exit, whose unwinding
+    # through the binding's catch-all frames aborts the process ("exception not rethrown").
+    self.quit.set()
+    for thread in self.threads:
+      thread.join(timeout=max(5.0, 2 * self.timeout))
 
   def _publish(self, status: str) -> None:
     """Best effort: the store may be gone or hang, and this must not."""
@@ -283,7 +296,7 @@ class _Watchdog:
 
   def _beat(self) -> None:
     beat, seen, since = 0, None, time.monotonic()
-    while True:
+    while not self.quit.is_set():
       beat += 1
       try:
         self.client.key_value_set(f"{_KEY}/beat/{self.me}", str(beat), allow_overwrite=True)
@@ -313,12 +326,11 @@ class _Watchdog:
       elif now - since > self.timeout:
         self._stop(f"lost {self.name(self.watched)}: no heartbeat for {now - since:.0f} s (it "
                    "died, hangs or cannot reach the coordinator)")
-      time.sleep(self.interval)
+      self.quit.wait(self.interval)
 
   def _judge(self) -> None:
     """Catches a coordinator that hangs: the store's calls then block instead of failing."""
-    while True:
-      time.sleep(self.interval)
+    while not self.quit.wait(self.interval):
       silent = time.monotonic() - self.last_ok
       if silent > self.timeout and not self.closing:
         self._stop(f"lost the coordinator, process 0 at {self.coordinator}: no answer for "
