@@ -59,6 +59,7 @@ DEFAULT_TIMEOUT = 30.0
 # silent, sysexits' "temporary failure, try again": for training, resume from the checkpoint.
 
 _KEY = "mjbatch_jax/watchdog"  # our keys in the coordination service's key-value store
+_EXITED = "exited"  # the status of a process that left cleanly (others: "failed: ...", ...)
 _RECORD_BYTES = 1024  # one process's setup record, padded, for a fixed-shape allgather
 
 
@@ -252,9 +253,12 @@ class _Watchdog:
       # The watchdog keeps running: it ends this process when the others have seen the failure,
       # which JAX's shutdown barrier would otherwise wait for until its own timeout.
       return
-    # A clean exit: the threads must leave JAX's C++ calls before the interpreter finalizes. A
-    # daemon thread that comes back from one then is ended by pthread_exit, whose unwinding
-    # through the binding's catch-all frames aborts the process ("exception not rethrown").
+    # A clean exit. The others must not take this process's silence from now on (it may wait
+    # in JAX's shutdown barrier for a while) for a loss, so say it is leaving. Then the threads
+    # must leave JAX's C++ calls before the interpreter finalizes: a daemon thread that comes
+    # back from one then is ended by pthread_exit, whose unwinding through the binding's
+    # catch-all frames aborts the process ("exception not rethrown").
+    self._publish(_EXITED)
     self.quit.set()
     for thread in self.threads:
       thread.join(timeout=max(5.0, 2 * self.timeout))
@@ -315,13 +319,15 @@ class _Watchdog:
       now = time.monotonic()
       self.last_ok = now
       others = [(int(key.rsplit("/", 1)[-1]), status) for key, status in failures]
-      others = [(process, status) for process, status in others if process != self.me]
+      exited = {process for process, status in others if status == _EXITED}
+      others = [(process, status) for process, status in others
+                if process != self.me and status != _EXITED]
       if others:
         # Name the root cause (a failure) rather than another process that stopped after it;
         # publish too, so that a failed process waiting in JAX's shutdown sees everyone left.
         process, status = min(others, key=lambda entry: not entry[1].startswith("failed"))
         self._stop(f"{self.name(process)} {status}", reaction=self.failed is not None)
-      if value != seen:
+      if value != seen or self.watched in exited:
         seen, since = value, now
       elif now - since > self.timeout:
         self._stop(f"lost {self.name(self.watched)}: no heartbeat for {now - since:.0f} s (it "

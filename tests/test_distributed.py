@@ -319,6 +319,32 @@ def test_an_uncaught_exception_stops_the_others_naming_it(tmp_path, env):
   assert time.monotonic() - begin < 60
 
 
+EARLY_LEAVER = """
+import sys, time
+import jax
+import mujoco
+from mjbatch_jax import distributed
+model = mujoco.MjModel.from_xml_string("<mujoco><worldbody><body><joint/><geom size='.1'/>"
+                                       "</body></worldbody></mujoco>")
+distributed.initialize()
+dist = distributed.setup(model, 2 * len(jax.local_devices()), num_threads=1)
+if dist.process_index == 0:
+  time.sleep(float(sys.argv[1]))  # process 1 has long left, and waits in JAX's shutdown
+print("done", flush=True)
+"""
+
+
+def test_a_peer_that_left_cleanly_is_not_lost(tmp_path, env):
+  """Process 1 ends its script three peer timeouts before process 0: it says so as it leaves,
+  and process 0's watchdog does not take its silence for a loss."""
+  script = tmp_path / "early.py"
+  script.write_text(EARLY_LEAVER)
+  out = run_launcher(["--peer-timeout", "2", "-n", "2", str(script), "6"], env, tmp_path)
+  assert out.returncode == 0, out.stderr[-4000:]
+  assert "done" in lines_of(out.stdout, 0) and "done" in lines_of(out.stdout, 1), out.stdout
+  assert "mjbatch_jax.distributed:" not in out.stderr, out.stderr[-4000:]
+
+
 def test_resumed_training_equals_uninterrupted(tmp_path, env):
   common = [str(EXAMPLE), "--iterations", "6", "--checkpoint-every", "2",
             "--sims", "8", "--horizon", "20", "--hidden", "4"]
