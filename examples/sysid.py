@@ -4,6 +4,8 @@
                            [--out FILE] [--skip-rich] [--skip-mujoco-sysid]
   python examples/sysid.py --play [FILE]
   python examples/sysid.py --play examples/results/sysid.npz    # the committed full-size run
+  python examples/sysid.py --processes 2 [...]                  # data-parallel, 2 processes
+  python -m mjbatch_jax.launch -n 2 examples/sysid.py [...]     # the same
 
 (--out defaults to sysid.npz in the system's temporary directory, and --play to that file.)
 
@@ -44,8 +46,8 @@ every Jacobian column of every window is a simulation row of one call per knot, 
 iteration (the rule's columns are the state's 14 and the params' 77 entries, whatever the
 tangents). The damped Gauss-Newton steps for
 five Levenberg dampings (in prior widths, where the prior's curvature is the identity) are solved
-in JAX and simulated together as rows of one rollout call, and the best is applied
-(optax.apply_updates) if it lowers the cost; it stops once a step lowers the cost (half the
+in JAX and simulated together as rows of one rollout call, and the best is applied if it
+lowers the cost; it stops once a step lowers the cost (half the
 sum of squared residuals in noise units) by less than 1. One LM iteration is one jitted
 function. The params are made with set_const=True: a new body_iquat or mass changes derived
 constants (body_subtreemass sets the reference point of the com-frame algebra), so without it
@@ -69,6 +71,17 @@ the same fit with MuJoCo's own `mujoco.sysid` (its "mujoco" least-squares optimi
 windows as its sequences, the same 10 numbers per link set on an MjSpec), where its dependencies
 are installed.
 
+Data-parallel. The windows are rows of a global batch over every process's CPU devices
+(`mjbatch_jax.distributed.setup`); one LM iteration is one jitted shard_map. Each device
+simulates its own windows, builds their Jacobian blocks and eliminates their starts from the
+normal equations (a window's start enters only its own residuals: the Schur complement, solved
+for each of its 14 x 14 blocks); what crosses processes is `jax.lax.psum` of the remaining
+70 x 70 system, its right-hand side and the trial steps' costs. Every process then takes the
+same step, so the 70 numbers stay replicated. With one process the same program runs on its
+own devices; with several (`--processes N`, or under `python -m mjbatch_jax.launch`) the fit
+equals the one-process fit up to the order of the sums' rounding, process 0 prints and saves,
+and the comparison with `mujoco.sysid` (one process) is skipped.
+
 It saves the recording, the truth, the guess, both fits and the timings to --out (.npz; the
 full-size run's is examples/results/sysid.npz, with its log sysid.log);
 `--play FILE` re-simulates the held-out recordings with the saved fits, prints the tables and
@@ -81,6 +94,7 @@ import hashlib
 import importlib
 import io
 import os
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -93,9 +107,10 @@ jax.config.update("jax_enable_x64", True)
 import jax.numpy as jnp  # noqa: E402
 import mujoco  # noqa: E402
 import numpy as np  # noqa: E402
-import optax  # noqa: E402
+from jax.sharding import PartitionSpec as P  # noqa: E402
 
 import mjbatch_jax  # noqa: E402
+from mjbatch_jax import distributed, launch  # noqa: E402
 
 NUM_LINKS = 7
 TIMESTEP = 0.002
@@ -301,139 +316,167 @@ class Arm:
     return np.asarray(states[0, :, self.layout.qpos]), np.asarray(states[0, :, self.layout.qvel])
 
 
-def make_fit(arm: Arm, rows, ctrls, q_meas, v_meas, theta0):
-  """The jitted pieces of the fit on one recording's windows, over z: the 70 numbers, then each
-  window's start (qpos, qvel) as an offset from its recorded value.
+def make_fit(arm: Arm, dist: distributed.Distributed, theta0):
+  """The fit's jitted pieces over the mesh: each device simulates its own windows.
 
-  Returns z's start and scale (prior widths), `linearize` (z -> the data residual and its
-  Jacobian blocks, in prior widths) and one LM iteration.
+  The unknowns are theta, the 70 numbers (replicated), and each window's start (qpos, qvel) as an
+  offset from its recorded value ((W, 14), sharded with the windows). Both pieces take (theta,
+  offsets, rows, ctrls, q_meas, v_meas), the last four the windows' start rows (W, nstate),
+  commands and recorded positions and velocities (W, window, 7), sharded.
+
+  Returns `linearize` (the data residual (W, P) and its Jacobian blocks d r / d theta (W, P, 70)
+  and each window's d r_w / d its own start (W, P, 14), both in prior widths) and `lm_step` (one
+  LM iteration: the new theta and offsets and the cost before it).
   """
-  count, nv = rows.shape[0], arm.model.nv
-  n, nx = theta0.size, 2 * nv
-  params = arm.params(count)
-  candidates = arm.params(count * len(LM_DAMPINGS))
+  nv, n = arm.model.nv, theta0.size
+  nx = 2 * nv
+  count = dist.num_sims  # windows over all processes
+  local = count // dist.mesh.devices.size  # a device's
+  axis = dist.axis
+  params = arm.params(local)
+  candidates = arm.params(local * len(LM_DAMPINGS))
   dampings = jnp.asarray(LM_DAMPINGS)
   qpos, qvel = arm.layout.qpos, arm.layout.qvel
-  start_noise = np.concatenate([np.full(nv, NOISE_POS), np.full(nv, NOISE_VEL)])
   # Prior widths: SCALE for the links' numbers, the recording's noise for the window starts.
-  scale = jnp.asarray(np.concatenate([np.tile(SCALE, NUM_LINKS), np.tile(start_noise, count)]))
-  z0 = jnp.concatenate([jnp.ravel(theta0), jnp.zeros(count * nx)])
-  size = z0.size
+  scale = jnp.asarray(np.tile(SCALE, NUM_LINKS))
+  start_scale = jnp.asarray(np.concatenate([np.full(nv, NOISE_POS), np.full(nv, NOISE_VEL)]))
+  theta0 = jnp.ravel(jnp.asarray(theta0))
+  size = n + count * nx
 
-  def split(z):
-    """The links' numbers (..., L, 10) and the start rows (..., W, nstate) of z (..., size)."""
-    lead = z.shape[:-1]
-    theta = z[..., :n].reshape(*lead, *theta0.shape)
-    offset = z[..., n:].reshape(*lead, count, nx)
-    starts = jnp.broadcast_to(rows, (*lead, *rows.shape))
-    starts = starts.at[..., qpos].add(offset[..., :nv]).at[..., qvel].add(offset[..., nv:])
-    return theta, starts
+  def total(x):
+    """Summed over every device's windows: the only traffic between processes (70 x 70 at most)."""
+    return jax.lax.psum(x, axis)
 
-  def data_residual(states):
+  def starts_of(rows, offsets):
+    """Start rows (..., W, nstate) of offsets (..., W, 14)."""
+    rows = jnp.broadcast_to(rows, (*offsets.shape[:-1], rows.shape[-1]))
+    return rows.at[..., qpos].add(offsets[..., :nv]).at[..., qvel].add(offsets[..., nv:])
+
+  def data_residual(states, q_meas, v_meas):
     """(..., W, window * 14): each window's position and velocity errors in noise units."""
     q = (states[..., qpos] - q_meas) / NOISE_POS
     v = (states[..., qvel] - v_meas) / NOISE_VEL
     return jnp.concatenate([q, v], axis=-1).reshape(*states.shape[:-2], -1)
 
-  def windows_residual(theta, starts):
-    thetas = jnp.broadcast_to(theta, (count, *theta.shape))
-    states, _ = mjbatch_jax.rollout(starts, ctrls, with_theta(params, thetas), nstep=SUBSTEPS)
-    return data_residual(states)
-
-  @jax.jit
-  def linearize(z):
-    """r (W, P) and, in prior widths, d r / d theta (W, P, 70) and each window's d r_w / d its
-    own start (W, P, 14)."""
-    theta, starts = split(z)
+  def linearize(theta, offsets, rows, ctrls, q_meas, v_meas):
+    starts = starts_of(rows, offsets)
 
     # A window is a simulation of its own: nudging every window's start along one direction
-    # at once gives each window's own block in its rows, so 14 columns stand for all 20 x 14.
+    # at once gives each window's own block in its rows, so 14 columns stand for all W x 14.
     def of(t, shift):
       moved = starts.at[:, qpos].add(shift[:nv]).at[:, qvel].add(shift[nv:])
-      r = windows_residual(t, moved)
+      thetas = jnp.broadcast_to(t.reshape(NUM_LINKS, 10), (local, NUM_LINKS, 10))
+      states, _ = mjbatch_jax.rollout(moved, ctrls, with_theta(params, thetas), nstep=SUBSTEPS)
+      r = data_residual(states, q_meas, v_meas)
       return r, r
 
     (jac_theta, jac_start), r = jax.jacfwd(of, argnums=(0, 1), has_aux=True)(
       theta, jnp.zeros(nx))
-    jac_theta = jac_theta.reshape(count, -1, n) * scale[:n]
-    return r, jac_theta, jac_start * scale[n : n + nx]
+    return r, jac_theta * scale, jac_start * start_scale
 
-  def costs(zs):
-    """The cost of K candidates (K, size), simulated as the K x W rows of one call."""
-    k = zs.shape[0]
-    thetas, starts = split(zs)
-    each = jnp.repeat(thetas, count, axis=0)
-    states, _ = mjbatch_jax.rollout(starts.reshape(k * count, -1), jnp.tile(ctrls, (k, 1, 1)),
+  def data_costs(thetas, offsets, rows, ctrls, q_meas, v_meas):
+    """This device's windows' squared residuals and start priors for K candidates: thetas
+    (K, 70), offsets (K, W, 14); simulated as the K x W rows of one call."""
+    k = thetas.shape[0]
+    starts = starts_of(rows, offsets).reshape(k * local, -1)
+    each = jnp.repeat(thetas.reshape(k, NUM_LINKS, 10), local, axis=0)
+    states, _ = mjbatch_jax.rollout(starts, jnp.tile(ctrls, (k, 1, 1)),
                                     with_theta(candidates, each), nstep=SUBSTEPS)
-    data = jnp.sum(data_residual(states.reshape(k, count, *states.shape[1:])) ** 2, axis=(1, 2))
-    prior = jnp.sum(((zs - z0) / scale) ** 2, axis=1)
-    return jnp.nan_to_num(0.5 * (data + prior), nan=jnp.inf)
+    r = data_residual(states.reshape(k, local, *states.shape[1:]), q_meas, v_meas)
+    return jnp.sum(r**2, axis=(1, 2)) + jnp.sum((offsets / start_scale) ** 2, axis=(1, 2))
 
-  @jax.jit
-  def lm_step(z):
-    r, a, b = linearize(z)
-    prior = (z - z0) / scale
+  def lm_step(theta, offsets, rows, ctrls, q_meas, v_meas):
+    r, a, b = linearize(theta, offsets, rows, ctrls, q_meas, v_meas)
+    prior_theta = (theta - theta0) / scale
+    prior_starts = offsets / start_scale
     # Normal equations in prior widths, where each prior's curvature is the identity, so that
-    # Levenberg's damping lambda * I means the same for every number. Built from the blocks:
-    # the starts' part is block diagonal, one 14 x 14 block per window.
-    eye = jnp.eye(count)
-    cross = jnp.einsum("wpi,wpj->iwj", a, b).reshape(n, -1)
-    starts = jnp.einsum("wpi,wpj,wv->wivj", b, b, eye).reshape(count * nx, -1)
-    hessian = jnp.block([[jnp.einsum("wpi,wpj->ij", a, a), cross], [cross.T, starts]])
-    hessian = hessian + jnp.eye(size)
-    grad = jnp.concatenate([jnp.einsum("wpi,wp->i", a, r), jnp.einsum("wpj,wp->wj", b, r).ravel()])
-    grad = grad + prior
-    mean = jnp.trace(hessian) / size
+    # Levenberg's damping lambda * I means the same for every number. A window's start enters
+    # only its own residuals, so its 14 x 14 block is eliminated on the device that simulates
+    # the window (the Schur complement): what crosses processes is the 70 x 70 system.
+    eye = jnp.eye(nx)
+    hessian_theta = total(jnp.einsum("wpi,wpj->ij", a, a)) + jnp.eye(n)
+    cross = jnp.einsum("wpi,wpj->wij", a, b)  # (W, 70, 14)
+    blocks = jnp.einsum("wpi,wpj->wij", b, b) + eye  # (W, 14, 14)
+    grad_theta = total(jnp.einsum("wpi,wp->i", a, r)) + prior_theta
+    grad_starts = jnp.einsum("wpj,wp->wj", b, r) + prior_starts
+    mean = (jnp.trace(hessian_theta) + total(jnp.sum(jnp.trace(blocks, axis1=1, axis2=2))))
+    mean = mean / size
+    right = jnp.concatenate([jnp.swapaxes(cross, 1, 2), grad_starts[..., None]], axis=-1)
 
     def step(damping):
-      direction = -jnp.linalg.solve(hessian + damping * mean * jnp.eye(size), grad)
+      shift = damping * mean
+      solved = jnp.linalg.solve(blocks + shift * eye, right)  # (W, 14, 70 + 1)
+      reduced = hessian_theta + shift * jnp.eye(n) - total(
+        jnp.einsum("wij,wjk->ik", cross, solved[..., :n]))
+      direction = -jnp.linalg.solve(
+        reduced, grad_theta - total(jnp.einsum("wij,wj->i", cross, solved[..., n])))
+      starts = -(solved[..., n] + jnp.einsum("wji,i->wj", solved[..., :n], direction))
       # At most two prior widths per link number and step: beyond, the linearisation means
       # little. (The starts act nearly linearly, and a few noise widths is their usual move.)
-      return direction * jnp.minimum(1.0, 2.0 / jnp.max(jnp.abs(direction[:n])))
+      factor = jnp.minimum(1.0, 2.0 / jnp.max(jnp.abs(direction)))
+      return direction * factor * scale, starts * factor * start_scale
 
     # Every damping's step is tried as rows of one rollout call; the best is taken if it helps.
-    steps = jax.vmap(step)(dampings) * scale
-    trial = costs(z[None] + steps)
-    best = jnp.argmin(trial)
-    value = 0.5 * (jnp.sum(r**2) + prior @ prior)
-    update = jnp.where(trial[best] < value, steps[best], 0.0)
-    return optax.apply_updates(z, update), value
+    steps = jax.vmap(step)(dampings)
+    tried = total(data_costs(theta + steps[0], offsets + steps[1], rows, ctrls, q_meas, v_meas))
+    tried = tried + jnp.sum(((theta + steps[0] - theta0) / scale) ** 2, axis=1)
+    tried = jnp.nan_to_num(0.5 * tried, nan=jnp.inf)
+    best = jnp.argmin(tried)
+    value = 0.5 * (total(jnp.sum(r**2) + jnp.sum(prior_starts**2)) + prior_theta @ prior_theta)
+    update = jax.tree.map(lambda x: jnp.where(tried[best] < value, x[best], 0.0), steps)
+    return theta + update[0], offsets + update[1], value
 
-  return z0, scale, linearize, lm_step
+  return linearize, lm_step
 
 
-def fit(arm: Arm, ctrls, q, v, theta0, window: int, iterations: int) -> dict:
+def scalar(x: jax.Array) -> float:
+  """A replicated global array's value (every process holds it whole)."""
+  return float(np.asarray(x.addressable_data(0)))
+
+
+def fit(arm: Arm, dist: distributed.Distributed, ctrls, q, v, theta0, window: int,
+        iterations: int) -> dict:
   """LM from theta0 on one recording; the fit, its costs, identifiability and timings."""
-  rows, c, qm, vm = arm.windows(ctrls, q, v, window)
-  z, scale, linearize, lm_step = make_fit(arm, rows, c, qm, vm, jnp.asarray(theta0))
-  z0 = z
+  windows = arm.windows(ctrls, q, v, window)
+  mine = [np.asarray(x)[dist.rows] for x in windows]  # this process's windows
+  data = dist.shard(tuple(mine))
+  linearize, lm_step = make_fit(arm, dist, theta0)
+  sharded = P(dist.axis)
+  lm_step = dist.map(lm_step, out_specs=(P(), sharded, P()))
+  linearize = dist.map(linearize, out_specs=(sharded, sharded, sharded))
+  theta = dist.replicate(np.ravel(theta0))
+  offsets = dist.zeros(2 * arm.model.nv)
   costs, wall, cpu = [], [], []
   for _ in range(iterations):
     begin, begin_cpu = time.perf_counter(), time.process_time()
-    z, value = lm_step(z)
-    costs.append(float(value))
+    theta, offsets, value = lm_step(theta, offsets, *data)
+    costs.append(scalar(value))
     wall.append(time.perf_counter() - begin)
     cpu.append(time.process_time() - begin_cpu)
     if len(costs) > 2 and costs[-2] - costs[-1] < 1.0:
       break  # converged: a gain below 1 (chi-square 2, noise units) is no evidence of anything
-  theta = np.asarray(z[: theta0.size]).reshape(theta0.shape)
-  # CPU seconds of an iteration and of its custom calls alone, interleaved (least of three).
-  physics = physics_of(arm, rows, c, theta)
+  found = np.asarray(theta.addressable_data(0)).reshape(theta0.shape)
+  # CPU seconds of an iteration and of its custom calls alone (this process's), interleaved
+  # (least of three).
+  physics = physics_of(arm, jnp.asarray(mine[0]), jnp.asarray(mine[1]), found)
   jax.block_until_ready(physics())
   whole, alone = [], []
   for _ in range(3):
     begin = time.process_time()
-    jax.block_until_ready(lm_step(z))
+    jax.block_until_ready(lm_step(theta, offsets, *data))
     whole.append(time.process_time() - begin)
     begin = time.process_time()
     jax.block_until_ready(physics())
     alone.append(time.process_time() - begin)
-  r, a, b = (np.asarray(x) for x in linearize(z))
-  prior = np.asarray((z - z0) / scale)
+  r, a, b, moved = (np.asarray(x) for x in dist.gather((*linearize(theta, offsets, *data),
+                                                          offsets)))
+  noise = np.concatenate([np.full(arm.model.nv, NOISE_POS), np.full(arm.model.nv, NOISE_VEL)])
+  prior = np.concatenate([(np.ravel(found) - np.ravel(theta0)) / np.tile(SCALE, NUM_LINKS),
+                          np.ravel(moved / noise)])
   costs.append(float(0.5 * (np.sum(r**2) + prior @ prior)))
   # What the data say of the links' numbers once the unknown window starts are accounted for:
   # the Schur complement of the starts' blocks (their prior included), in prior widths.
-  n = theta.size
+  n = found.size
   marginal = np.einsum("wpi,wpj->ij", a, a)
   for w in range(len(r)):
     cross = a[w].T @ b[w]
@@ -445,10 +488,10 @@ def fit(arm: Arm, ctrls, q, v, theta0, window: int, iterations: int) -> dict:
   posterior = np.linalg.inv(marginal + np.eye(n))
   spread = np.sqrt(np.diag(posterior)).reshape(NUM_LINKS, 10)
   later = slice(1, None) if len(wall) > 1 else slice(None)
-  return {"theta": theta, "costs": np.array(costs), "singular": singular,
+  return {"theta": found, "costs": np.array(costs), "singular": singular,
           "directions": vectors[:, order].T, "spread": spread, "iterations": len(wall),
           "seconds_first": wall[0], "seconds_per_iteration": float(np.median(wall[later])),
-          "cpu_per_iteration": float(np.median(cpu[later])), "windows": rows.shape[0],
+          "cpu_per_iteration": float(np.median(cpu[later])), "windows": len(windows[0]),
           "cpu_iteration": min(whole), "cpu_physics": min(alone)}
 
 
@@ -636,7 +679,18 @@ def fit_mujoco_sysid(arm: Arm, ctrls, q, v, theta0, window: int,
 
 def solve(samples: int, window: int, iterations: int, threads: int, out: Path, rich: bool,
           skip_mujoco_sysid: bool) -> dict:
+  # Before any JAX computation (JAX's rule): joins the other processes under the launcher.
+  distributed.initialize()
+  windows, devices = samples // window, jax.device_count()
+  if windows % devices:
+    raise SystemExit(f"--samples / --window = {windows} windows must be a multiple of the "
+                     f"{devices} CPU devices of the {jax.process_count()} process(es): each "
+                     "device fits as many windows")
+  leader = jax.process_index() == 0
+  if not leader:  # every process computes the same report; process 0 alone prints and saves
+    sys.stdout = open(os.devnull, "w")  # noqa: SIM115  (until the process ends)
   arm = Arm(threads)
+  dist = distributed.setup(arm.model, windows, num_threads=threads)
   rng = np.random.default_rng(0)
   kinds = ["seed", "rich"] if rich else ["seed"]
   # A recording to fit and a held-out one of each kind.
@@ -651,7 +705,8 @@ def solve(samples: int, window: int, iterations: int, threads: int, out: Path, r
     [0.3, 0.02, 0.02, 0.02, 0.3, 0.3, 0.3, 0.2, 0.2, 0.2])
   print(f"arm: {NUM_LINKS} links, {10 * NUM_LINKS} parameters; {samples} commands at "
         f"{1 / (SUBSTEPS * TIMESTEP):.0f} Hz, {SUBSTEPS} substeps each, windows of {window}; "
-        f"{arm.sim.num_threads} threads")
+        f"{arm.sim.num_threads} threads; {jax.process_count()} process(es), {dist.num_local} "
+        f"windows here")
   difference, with_sc, without_sc = set_const_check(arm, theta0, samples // window)
   print(f"set_const: a 2 s rollout with new inertias differs by {difference:.1e} rad without it "
         f"(body_subtreemass sets the reference point of the com-frame algebra: rounding only, "
@@ -662,7 +717,7 @@ def solve(samples: int, window: int, iterations: int, threads: int, out: Path, r
 
   fits, heldout, begin = {}, {}, time.perf_counter()
   for kind in kinds:
-    fits[kind] = fit(arm, commands[kind, "fit"], *recorded[kind, "fit"], theta0, window,
+    fits[kind] = fit(arm, dist, commands[kind, "fit"], *recorded[kind, "fit"], theta0, window,
                      iterations)
     f = fits[kind]
     print(f"{kind} excitation: cost {f['costs'][0]:.4g} -> {f['costs'][-1]:.4g} (noise alone: "
@@ -689,7 +744,9 @@ def solve(samples: int, window: int, iterations: int, threads: int, out: Path, r
   result = {"before": before, "after": after, "seconds": seconds}
   sysid = importlib.import_module("mujoco.sysid")
   theta_mj = None
-  if not skip_mujoco_sysid and not hasattr(sysid, "ParameterDict"):
+  if not skip_mujoco_sysid and jax.process_count() > 1:
+    print("mujoco.sysid skipped: it runs in one process (run with one process to compare)")
+  elif not skip_mujoco_sysid and not hasattr(sysid, "ParameterDict"):
     # The toolbox imports quietly to an empty module when its extra's packages are missing.
     print("mujoco.sysid skipped: its dependencies are missing "
           "(pip install 'mujoco-core[sysid]==4.0.0')")
@@ -723,8 +780,10 @@ def solve(samples: int, window: int, iterations: int, threads: int, out: Path, r
     arrays.update({f"{k}_{part}_q": qq, f"{k}_{part}_v": vv, f"{k}_{part}_ctrl": commands[k, part]})
   if theta_mj is not None:
     arrays["mujoco_sysid_theta"] = theta_mj
-  np.savez(out, **arrays)
-  print(f"saved to {out}")
+  if leader:
+    np.savez(out, **arrays)
+    print(f"saved to {out}")
+  dist.close()
   arm.sim.close()
   result.update({f"{k}_mass_error": float(np.abs(errors(f["theta"], theta_true)["mass"]).mean())
                  for k, f in fits.items()})
@@ -827,7 +886,13 @@ def main() -> None:
                       help="fit with mjbatch_jax only, not also with mujoco.sysid")
   parser.add_argument("--play", nargs="?", const=DEFAULT_OUT, type=Path, metavar="FILE",
                       help="replay a saved result instead of solving (default: --out's default)")
+  parser.add_argument("--processes", type=int, default=1,
+                      help="fit over this many local processes (python -m mjbatch_jax.launch)")
   args = parser.parse_args()
+  if args.processes < 1:
+    parser.error(f"--processes must be at least 1, got {args.processes}")
+  if args.processes > 1 and args.play is not None:
+    parser.error("--play replays in one process: drop --processes")
   if args.window < 1:
     parser.error(f"--window must be at least 1, got {args.window}")
   if args.samples < args.window or args.samples % args.window:
@@ -840,6 +905,10 @@ def main() -> None:
     parser.error(f"--iterations must be at least 1, got {args.iterations}")
   if not 0 <= args.threads <= 4 * (os.cpu_count() or 1):
     parser.error(f"--threads must be in [0, 4 per CPU], got {args.threads}")
+  if args.processes > 1 and launch.ENV_NUM_PROCESSES not in os.environ:
+    # Each process runs this script again with the same arguments (under the launcher,
+    # --processes is ignored).
+    sys.exit(launch.launch(args.processes, [__file__, *sys.argv[1:]]))
   if args.play is not None:
     play(args.play, args.threads)
   else:
