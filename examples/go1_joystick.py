@@ -2,6 +2,8 @@
 
   python examples/go1_joystick.py --threads 2 --num-envs 256 --minutes 38   # train, save
   python examples/go1_joystick.py --play                                    # 10 s at 0.5 m/s
+  python examples/go1_joystick.py --processes 2 --threads 1 --num-envs 256   # 2 processes
+  python -m mjbatch_jax.launch -n 2 examples/go1_joystick.py --threads 1 --num-envs 256  # same
 
 The robot is MuJoCo Menagerie's Go1 (../shared/models/unitree_go1/scene.xml beside the checkout,
 or `--model`), changed with MjSpec as MuJoCo Playground's joystick task has it: a 4 ms timestep,
@@ -16,6 +18,24 @@ automatic resets (`jnp.where` on the state rows) and friction redraws; then GAE 
 minibatch PPO updates, also a `lax.scan`. The PPO is written out here (Gaussian MLP policy, value
 MLP, running observation normalisation, clipped surrogate, entropy bonus, Adam whose learning
 rate follows the policy's KL divergence as in rsl_rl), no RL framework.
+
+Over several processes (--processes N, or started by `python -m mjbatch_jax.launch -n N`; or
+over several CPU devices of one process, XLA_FLAGS=--xla_force_host_platform_device_count=N)
+training is data-parallel, with gradients averaged by JAX collectives
+(`mjbatch_jax.distributed.setup`). --num-envs is over all the mesh's devices and must be a
+multiple of their number; each device steps only its own rows of the global EnvState, which is
+sharded over the mesh axis, while the TrainState (networks, Adam's state, learning rate,
+observation normaliser) is replicated. The iteration is then one jitted shard_map: each device
+folds the iteration's key with its index (so that its envs draw their own noise, resets and
+frictions) and rolls out, computes GAE and shuffles minibatches on its envs alone; each
+minibatch's gradient and KL are averaged over the devices with one `jax.lax.pmean` (a gloo
+all-reduce between processes) before the Adam step and the learning-rate rule; the normaliser
+merges the moments of every device's observations; the metrics are reduced over the devices. So
+every process applies the same updates to the same replicated state, and the policy equals, bit
+for bit, that of one process running the program over as many devices
+(tests/test_go1_distributed.py). Advantages are normalised within each device's minibatch,
+which needs no further collective. Process 0 alone prints and writes the policy and the curve;
+--play runs in one process. With one device in all, the iteration is the plain jitted function.
 
 Per env: 500-step episodes (10 s), a command per episode (forward 0..1 m/s, small sideways and
 turning rates), ground friction redrawn in [0.4, 1.0] every 5 s, an episode ended early when
@@ -42,6 +62,7 @@ import dataclasses
 import json
 import math
 import os
+import sys
 import time
 from pathlib import Path
 from typing import Any, NamedTuple, cast
@@ -53,9 +74,12 @@ import jax.numpy as jnp  # noqa: E402
 import mujoco  # noqa: E402
 import numpy as np  # noqa: E402
 import optax  # noqa: E402
+from jax.experimental import multihost_utils  # noqa: E402
 from jax.flatten_util import ravel_pytree  # noqa: E402
+from jax.sharding import PartitionSpec as P  # noqa: E402
 
 import mjbatch_jax  # noqa: E402
+from mjbatch_jax import distributed, launch  # noqa: E402
 from mjbatch_jax.simulator import MAX_THREADS  # noqa: E402
 
 MODEL = Path(__file__).resolve().parents[2] / "shared" / "models" / "unitree_go1" / "scene.xml"
@@ -172,9 +196,11 @@ class Task:
   ground: np.ndarray  # (5,) geom ids: floor, then the feet
 
 
-def make_task(model: mujoco.MjModel, threads: int) -> Task:
-  """Simulator and lookups; ValueError naming what the model lacks."""
-  sim = mjbatch_jax.Simulator(model, num_threads=threads)
+def make_task(model: mujoco.MjModel, threads: int,
+              sim: mjbatch_jax.Simulator | None = None) -> Task:
+  """Simulator (sim, or a new one) and lookups; ValueError naming what the model lacks."""
+  if sim is None:
+    sim = mjbatch_jax.Simulator(model, num_threads=threads)
   names = sim.names
   root = names.joint(ROOT)
   joints = names.joints(JOINTS)
@@ -432,11 +458,21 @@ def normalize(norm: Normalizer, obs: jax.Array) -> jax.Array:
   return jnp.clip((obs - norm.mean) / jnp.sqrt(norm.var + 1e-6), -10.0, 10.0)
 
 
-def update_normalizer(norm: Normalizer, obs: jax.Array) -> Normalizer:
-  """Merge a batch's moments into the running ones (Chan et al.'s parallel algorithm)."""
+def update_normalizer(norm: Normalizer, obs: jax.Array, axis: str | None = None) -> Normalizer:
+  """Merge a batch's moments into the running ones (Chan et al.'s parallel algorithm).
+
+  With axis (inside shard_map), the batch is every device's obs together, so that the
+  replicated normaliser stays the same everywhere.
+  """
   obs = obs.reshape(-1, obs.shape[-1])
   n = obs.shape[0]
   mean, var = jnp.mean(obs, 0), jnp.var(obs, 0)
+  if axis is not None:
+    # Every device has as many observations: the whole batch's mean is the mean of the
+    # devices' means, and its variance the mean of theirs plus the spread of their means.
+    local_mean, mean = mean, jax.lax.pmean(mean, axis)
+    var = jax.lax.pmean(var + (local_mean - mean) ** 2, axis)
+    n *= jax.lax.axis_size(axis)
   total = norm.count + n
   delta = mean - norm.mean
   new_mean = norm.mean + delta * n / total
@@ -511,8 +547,19 @@ def ppo_loss(params: dict, batch: Batch, norm: Normalizer, old_log_std: jax.Arra
                 jnp.mean(jnp.abs(ratio - 1) > CLIP)}
 
 
-def ppo_epochs(train: TrainState, batch: Batch, key: jax.Array) -> tuple[TrainState, dict]:
-  """EPOCHS passes over the batch in MINIBATCHES shuffled minibatches, one lax.scan."""
+def pmean(tree: Any, axis: str | None) -> Any:
+  """The mean over the mesh axis in the data-parallel iteration; the tree itself without one."""
+  return tree if axis is None else jax.lax.pmean(tree, axis)
+
+
+def ppo_epochs(
+  train: TrainState, batch: Batch, key: jax.Array, axis: str | None = None
+) -> tuple[TrainState, dict]:
+  """EPOCHS passes over the batch in MINIBATCHES shuffled minibatches, one lax.scan.
+
+  With axis (inside shard_map), batch is this device's; each minibatch's gradient and KL are
+  averaged over the devices, so that every device takes the same step.
+  """
   total = batch.obs.shape[0]
   parts = min(MINIBATCHES, total)
   size = total // parts
@@ -529,7 +576,16 @@ def ppo_epochs(train: TrainState, batch: Batch, key: jax.Array) -> tuple[TrainSt
   def minibatch(carry, idx):
     flat, opt_state, lr = carry
     part = jax.tree.map(lambda x: x[idx], batch)
-    grads, aux = jax.grad(loss, has_aux=True)(flat, part)
+    # Varying over the mesh, so that grad gives this device's gradient for pmean to average
+    # (the gradient w.r.t. a replicated value inside shard_map would be psum-ed by itself).
+    local = flat if axis is None else jax.lax.pcast(flat, axis, to="varying")
+    grads, aux = jax.grad(loss, has_aux=True)(local, part)
+    if axis is not None:
+      # One all-reduce for the gradient and the KL (with the other metrics), not one each:
+      # between processes each costs a round trip, and there are EPOCHS * MINIBATCHES of them.
+      names = sorted(aux)
+      both = jax.lax.pmean(jnp.concatenate([grads, jnp.stack([aux[k] for k in names])]), axis)
+      grads, aux = both[: grads.size], {k: both[grads.size + i] for i, k in enumerate(names)}
     kl = aux["kl"]
     lr = jnp.where(kl > 2 * KL_TARGET, lr / 1.5, jnp.where(kl < KL_TARGET / 2, lr * 1.5, lr))
     lr = jnp.clip(lr, *LR_RANGE)
@@ -568,10 +624,18 @@ def rollout(
   return jax.lax.scan(control_step, env, jax.random.split(key, config.unroll))
 
 
-def make_iteration(task: Task, config: Config):
-  """The jitted training iteration: rollout, GAE, PPO epochs, normaliser update."""
+def make_iteration(task: Task, config: Config, dist: distributed.Distributed | None = None):
+  """The jitted training iteration: rollout, GAE, PPO epochs, normaliser update.
+
+  With dist over several devices, one jitted shard_map over its mesh: env (its rows) sharded
+  over the axis, train, key and the metrics replicated.
+  """
+  axis = None if dist is None or dist.mesh.devices.size == 1 else dist.axis
 
   def iteration(train: TrainState, env: EnvState, key: jax.Array):
+    if axis is not None:
+      # Each device's own random stream: its envs' actions, resets, frictions and shuffles.
+      key = jax.random.fold_in(key, jax.lax.axis_index(axis))
     k_rollout, k_epochs = jax.random.split(key)
     env, r = rollout(task, config, train, env, k_rollout)
     value_net = train.params["value"]
@@ -583,35 +647,59 @@ def make_iteration(task: Task, config: Config):
       x.reshape(-1, *x.shape[2:]) for x in (r.obs, r.action, r.log_prob, r.mean)
     )
     batch = Batch(obs, action, logp, mean, advantage.reshape(-1), ret.reshape(-1))
-    train, aux = ppo_epochs(train, batch, k_epochs)
-    train = train._replace(norm=update_normalizer(train.norm, r.obs))
+    train, aux = ppo_epochs(train, batch, k_epochs, axis)
+    train = train._replace(norm=update_normalizer(train.norm, r.obs, axis))
     velocity = r.out.velocity
-    metrics = {
+    # Means over this device's envs, then over the devices (each has as many envs).
+    means = pmean({
       "reward": jnp.mean(r.out.reward),
       "velocity_error": jnp.mean(jnp.linalg.norm(r.command[..., :2] - velocity[..., :2], axis=-1)),
       "forward_error": jnp.mean(jnp.abs(r.command[..., 0] - velocity[..., 0])),
-      "falls": jnp.sum(r.out.terminated),
+      **{f"term_{name}": jnp.mean(v) for name, v in r.out.terms.items()},
+    }, axis)
+    falls = jnp.sum(r.out.terminated)
+    metrics = {
+      **means,
+      "falls": falls if axis is None else jax.lax.psum(falls, axis),
       "std": jnp.mean(jnp.exp(train.params["log_std"])),
       "lr": train.lr,
-      **aux,
-      **{f"term_{name}": jnp.mean(v) for name, v in r.out.terms.items()},
+      **aux,  # already averaged over the devices in ppo_epochs
     }
     return train, env, metrics
 
-  return jax.jit(iteration, donate_argnums=(0, 1))
+  if axis is None:
+    return jax.jit(iteration, donate_argnums=(0, 1))
+  assert dist is not None
+  return dist.map(iteration, out_specs=(P(), P(axis), P()))
+
+
+def init_envs(task: Task, config: Config, key: jax.Array,
+              dist: distributed.Distributed | None = None) -> EnvState:
+  """config.num_envs envs; with dist over several devices, each device makes its own rows."""
+  if dist is None or dist.mesh.devices.size == 1:
+    return init_env(task, key, config.num_envs, config.episode_length)
+  axis, per_device = dist.axis, config.num_envs // dist.mesh.devices.size
+
+  def local(key: jax.Array) -> EnvState:
+    # Folded with the device's index: every device's envs start from their own draws.
+    key = jax.random.fold_in(key, jax.lax.axis_index(axis))
+    return init_env(task, key, per_device, config.episode_length)
+
+  return dist.map(local, out_specs=P(axis))(dist.replicate(np.asarray(key)))
 
 
 def benchmark(
-  task: Task, config: Config, train: TrainState, env: EnvState, iteration
+  task: Task, config: Config, train: TrainState, env: EnvState, iteration,
+  dist: distributed.Distributed | None = None,
 ) -> tuple[dict, dict]:
   """Wall and CPU seconds of a training iteration, of its rollout alone and of its physics alone.
 
   The physics alone replays the rollout's own controls from the same rows (a walking robot's
   contacts cost more than a standing one's), as config.unroll batched step calls. The three are
   timed in turn, three times, so that a busy machine slows them alike; each runs on copies.
+  With dist over several devices, each is a shard_map over its mesh, as the iteration is.
   """
 
-  @jax.jit
   def physics(rows, ctrls, params):
     def body(rows, ctrl):
       rows, observed = mjbatch_jax.step(
@@ -621,13 +709,30 @@ def benchmark(
 
     return jax.lax.scan(body, rows, ctrls)
 
-  roll = jax.jit(lambda train, env, key: rollout(task, config, train, env, key))
-  copy = lambda tree: jax.tree.map(jnp.copy, tree)  # noqa: E731  (the iteration donates)
+  def controls(action):
+    targets = task.default_pose + ACTION_SCALE * action
+    ctrls = jnp.zeros((*targets.shape[:2], task.sim.nu), targets.dtype)
+    return ctrls.at[..., task.actuators].set(targets)
+
   key = jax.random.PRNGKey(config.seed + 1)
+  if dist is None or dist.mesh.devices.size == 1:
+    physics, controls = jax.jit(physics), jax.jit(controls)
+    roll = jax.jit(lambda train, env, key: rollout(task, config, train, env, key))
+    copy = lambda tree: jax.tree.map(jnp.copy, tree)  # noqa: E731  (the iteration donates)
+  else:
+    axis = dist.axis
+    steps = P(None, axis)  # (unroll, envs, ...) arrays: envs over the devices
+
+    def local_rollout(train, env, key):
+      return rollout(task, config, train, env, jax.random.fold_in(key, jax.lax.axis_index(axis)))
+
+    physics = dist.map(physics, out_specs=(P(axis), steps))
+    controls = dist.map(controls, out_specs=steps)
+    roll = dist.map(local_rollout, out_specs=(P(axis), steps))
+    copy = lambda tree: tree  # noqa: E731  (a shard_map iteration donates nothing)
+    key = dist.replicate(np.asarray(key))
   _, r = roll(train, env, key)
-  targets = task.default_pose + ACTION_SCALE * r.action
-  ctrls = jnp.zeros((*targets.shape[:2], task.sim.nu), targets.dtype)
-  ctrls = ctrls.at[..., task.actuators].set(targets)
+  ctrls = controls(r.action)
   calls = {
     "iteration": lambda: iteration(copy(train), copy(env), key),
     "rollout": lambda: roll(train, env, key),
@@ -692,28 +797,58 @@ def sibling(out: Path, suffix: str) -> Path:
 # -- training ------------------------------------------------------------------------------------
 
 
-def train(task: Task, config: Config, out: Path) -> dict:
+def host(tree: Any) -> Any:
+  """Replicated arrays as numpy: every process holds a whole copy (addressable_data(0))."""
+  return jax.tree.map(lambda x: np.asarray(x.addressable_data(0)), tree)
+
+
+def train(task: Task, config: Config, out: Path,
+          dist: distributed.Distributed | None = None) -> dict:
+  """PPO; with dist over several devices or processes, data-parallel over its mesh.
+
+  Every process runs this; process 0 alone prints and writes the policy and the curve.
+  """
+  parallel = dist is not None and dist.mesh.devices.size > 1
+  processes = 1 if dist is None else dist.process_count
+  leader = dist is None or dist.process_index == 0
+  say = print if leader else (lambda *a, **k: None)
   nu = task.sim.nu
   key = jax.random.PRNGKey(config.seed)
   k_train, k_env, key = jax.random.split(key, 3)
   state = init_train(k_train, nu)
-  env = init_env(task, k_env, config.num_envs, config.episode_length)
-  iteration = make_iteration(task, config)
+  env = init_envs(task, config, k_env, dist)
+  if parallel:
+    assert dist is not None
+    # The same in every process (the same seed): replicated, never sent.
+    state = dist.replicate(jax.tree.map(np.asarray, state))
+  iteration = make_iteration(task, config, dist)
   env_steps = config.num_envs * config.unroll
-  print(f"Go1 joystick PPO: {config.num_envs} envs x {config.unroll} steps per iteration, "
-        f"{config.iterations} iterations, {task.sim.num_threads} physics threads")
+  say(f"Go1 joystick PPO: {config.num_envs} envs x {config.unroll} steps per iteration, "
+      f"{config.iterations} iterations, {task.sim.num_threads} physics threads"
+      + (f" per process; data-parallel over {dist.mesh.devices.size} devices of {processes} "
+         f"process(es), {dist.num_local} envs here" if parallel and dist else ""))
   series = ("iteration", "reward", "velocity_error", "forward_error", "falls", "seconds",
             "cpu_seconds", "env_steps_per_s")
   curve: dict[str, Any] = {"config": dataclasses.asdict(config), **{k: [] for k in series}}
   started = time.perf_counter()
   for i in range(config.iterations):
-    if config.minutes is not None and time.perf_counter() - started > 60 * config.minutes:
-      print(f"stopping after {i} iterations: --minutes {config.minutes} of training are up")
+    stop = config.minutes is not None and time.perf_counter() - started > 60 * config.minutes
+    if processes > 1 and config.minutes is not None:
+      # Process 0's clock decides: a process that stopped alone would leave the others waiting
+      # in the iteration's collectives.
+      stop = bool(multihost_utils.broadcast_one_to_all(np.asarray(stop)))
+    if stop:
+      say(f"stopping after {i} iterations: --minutes {config.minutes} of training are up")
       break
     key, sub = jax.random.split(key)
     t0, cpu0 = time.perf_counter(), time.process_time()
-    state, env, metrics = iteration(state, env, sub)
-    metrics = jax.device_get(metrics)  # waits for the iteration
+    if parallel:
+      assert dist is not None
+      state, env, metrics = iteration(state, env, dist.replicate(np.asarray(sub)))
+      metrics = host(metrics)  # waits for the iteration
+    else:
+      state, env, metrics = iteration(state, env, sub)
+      metrics = jax.device_get(metrics)  # waits for the iteration
     seconds = time.perf_counter() - t0
     curve["cpu_seconds"].append(time.process_time() - cpu0)  # all threads: XLA's and MuJoCo's
     if not all(np.isfinite(v) for v in metrics.values()):
@@ -724,12 +859,12 @@ def train(task: Task, config: Config, out: Path) -> dict:
                         ("falls", metrics["falls"]), ("seconds", seconds),
                         ("env_steps_per_s", env_steps / seconds)):
       curve[name].append(float(value))
-    print(f"iter {i:4d}: reward {metrics['reward']:.4f}/step, velocity error "
-          f"{metrics['velocity_error']:.3f} m/s, falls {int(metrics['falls']):4d}, std "
-          f"{metrics['std']:.3f}, kl {metrics['kl']:.4f}, lr {metrics['lr']:.1e}, "
-          f"{seconds:.2f} s ({env_steps / seconds:,.0f} env steps/s)", flush=True)
-    if (i + 1) % 25 == 0:  # a run cut short still leaves a policy
-      save_policy(out, state, config, nu)
+    say(f"iter {i:4d}: reward {metrics['reward']:.4f}/step, velocity error "
+        f"{metrics['velocity_error']:.3f} m/s, falls {int(metrics['falls']):4d}, std "
+        f"{metrics['std']:.3f}, kl {metrics['kl']:.4f}, lr {metrics['lr']:.1e}, "
+        f"{seconds:.2f} s ({env_steps / seconds:,.0f} env steps/s)", flush=True)
+    if (i + 1) % 25 == 0 and leader:  # a run cut short still leaves a policy
+      save_policy(out, host(state), config, nu)
       write_curve(out, curve)
   wall = time.perf_counter() - started
   steady = curve["seconds"][1:] or curve["seconds"]
@@ -739,32 +874,33 @@ def train(task: Task, config: Config, out: Path) -> dict:
   compile_cpu = curve["cpu_seconds"][0] - float(np.median(curve["cpu_seconds"][1:] or [0.0]))
   curve["compile_s"], curve["compile_cpu_s"] = compile_s, compile_cpu
   curve["seconds_per_iteration"] = per_iteration
-  print("terms of the last iteration: " + ", ".join(
+  say("terms of the last iteration: " + ", ".join(
     f"{k[5:]} {v:.3f}" for k, v in metrics.items() if k.startswith("term_")))
-  print(f"compile time of one training iteration: {compile_s:.1f} s "
-        f"(first call {curve['seconds'][0]:.1f} s minus the median of the others; in CPU time "
-        f"{compile_cpu:.1f} s)")
+  say(f"compile time of one training iteration: {compile_s:.1f} s "
+      f"(first call {curve['seconds'][0]:.1f} s minus the median of the others; in CPU time "
+      f"{compile_cpu:.1f} s)")
   done = len(curve["seconds"])
-  print(f"time per iteration: {per_iteration:.2f} s, {env_steps / per_iteration:,.0f} env steps/s "
-        f"({env_steps * DECIMATION / per_iteration:,.0f} physics steps/s); {done} iterations "
-        f"({done * env_steps:,} env steps) in {wall:.0f} s")
+  say(f"time per iteration: {per_iteration:.2f} s, {env_steps / per_iteration:,.0f} env steps/s "
+      f"({env_steps * DECIMATION / per_iteration:,.0f} physics steps/s); {done} iterations "
+      f"({done * env_steps:,} env steps) in {wall:.0f} s")
 
-  seconds, cpu = benchmark(task, config, state, env, iteration)
+  seconds, cpu = benchmark(task, config, state, env, iteration, dist)
   rates = {name: env_steps / t for name, t in seconds.items()}
   curve["benchmark_seconds"], curve["benchmark_cpu_seconds"] = seconds, cpu
   curve["benchmark_env_steps_per_s"] = rates
-  print(f"in turn, medians of 3 (env steps/s): iteration {rates['iteration']:,.0f}, its rollout "
-        f"{rates['rollout']:,.0f}, the rollout's physics alone ({config.unroll} batched step "
-        f"calls) {rates['physics']:,.0f}")
-  print(f"speed relative to the physics alone: rollout "
-        f"{seconds['physics'] / seconds['rollout']:.2f} (in CPU time "
-        f"{cpu['physics'] / cpu['rollout']:.2f}), iteration "
-        f"{seconds['physics'] / seconds['iteration']:.2f} (in CPU time "
-        f"{cpu['physics'] / cpu['iteration']:.2f})")
-  save_policy(out, state, config, nu)
-  write_curve(out, curve)
-  print(f"final: reward {curve['reward'][-1]:.4f}/step, velocity error "
-        f"{curve['velocity_error'][-1]:.3f} m/s; saved {out}")
+  say(f"in turn, medians of 3 (env steps/s): iteration {rates['iteration']:,.0f}, its rollout "
+      f"{rates['rollout']:,.0f}, the rollout's physics alone ({config.unroll} batched step "
+      f"calls) {rates['physics']:,.0f}")
+  say(f"speed relative to the physics alone: rollout "
+      f"{seconds['physics'] / seconds['rollout']:.2f} (in CPU time "
+      f"{cpu['physics'] / cpu['rollout']:.2f}), iteration "
+      f"{seconds['physics'] / seconds['iteration']:.2f} (in CPU time "
+      f"{cpu['physics'] / cpu['iteration']:.2f})")
+  if leader:
+    save_policy(out, host(state), config, nu)
+    write_curve(out, curve)
+  say(f"final: reward {curve['reward'][-1]:.4f}/step, velocity error "
+      f"{curve['velocity_error'][-1]:.3f} m/s; saved {out}")
   return curve
 
 
@@ -889,14 +1025,19 @@ def render(task: Task, rows: np.ndarray, path: Path, seconds: float = 4.0, fps: 
 # -- the command line ----------------------------------------------------------------------------
 
 
-def main(argv: list[str] | None = None) -> dict:
+def main(argv: list[str] | None = None) -> dict | int:
+  """Train (or --play); the curve or --play's results, or the launcher's exit status."""
   parser = argparse.ArgumentParser(description="PPO for the Go1 joystick task, in one JAX file.")
   parser.add_argument("--model", type=Path, default=MODEL, help="the Go1 scene.xml")
   parser.add_argument("--num-envs", type=int, default=1024)
   parser.add_argument("--unroll", type=int, default=24, help="control steps per env and iteration")
   parser.add_argument("--iterations", type=int, default=300)
   parser.add_argument("--episode-length", type=int, default=500, help="control steps (50 Hz)")
-  parser.add_argument("--threads", type=int, default=0, help="physics threads (0: one per CPU)")
+  parser.add_argument("--threads", type=int, default=0,
+                      help="physics threads per process (0: one per CPU)")
+  parser.add_argument("--processes", type=int, default=1,
+                      help="train data-parallel in this many local processes (python -m "
+                      "mjbatch_jax.launch); --num-envs is over all of them")
   parser.add_argument("--seed", type=int, default=0)
   parser.add_argument("--minutes", type=float,
                       help="stop training after this many minutes (and save)")
@@ -906,7 +1047,7 @@ def main(argv: list[str] | None = None) -> dict:
   parser.add_argument("--play-seconds", type=float, default=10.0, help="length of --play")
   args = parser.parse_args(argv)
 
-  for flag in ("num_envs", "unroll", "iterations", "episode_length"):
+  for flag in ("num_envs", "unroll", "iterations", "episode_length", "processes"):
     if getattr(args, flag) < 1:
       parser.error(f"--{flag.replace('_', '-')} must be >= 1, got {getattr(args, flag)}")
   if not 0 <= args.threads <= MAX_THREADS:
@@ -916,14 +1057,31 @@ def main(argv: list[str] | None = None) -> dict:
     parser.error(f"--minutes must be > 0, got {args.minutes}")
   if not args.play_seconds > 0:
     parser.error(f"--play-seconds must be > 0, got {args.play_seconds}")
+  launched = launch.ENV_NUM_PROCESSES in os.environ
+  if args.play and (args.processes > 1 or os.environ.get(launch.ENV_NUM_PROCESSES, "1") != "1"):
+    parser.error("--play runs in one process: leave out --processes and the launcher")
   if not args.model.is_file():
     parser.error(f"--model {args.model}: no such file (MuJoCo Menagerie's unitree_go1/scene.xml)")
   if args.play and not args.out.is_file():
     parser.error(f"--play: no policy at {args.out}; train one first (without --play)")
   if not args.play and args.out.suffix != ".npz":
     parser.error(f"--out must end in .npz, got {args.out}")
+  if args.processes > 1 and not launched:
+    # Each process runs this script again, with the same arguments; under the launcher,
+    # --processes is ignored.
+    return launch.launch(args.processes, [__file__, *(sys.argv[1:] if argv is None else argv)])
+
+  model = go1_model(args.model)
+  dist = None
+  if not args.play:
+    # Before any JAX computation (JAX's rule): starts the multi-process runtime when launched,
+    # and is the plain Simulator on this process's devices otherwise.
+    try:
+      dist = distributed.setup(model, args.num_envs, num_threads=args.threads)
+    except ValueError as e:  # --num-envs not a multiple of the devices, say
+      parser.error(f"--num-envs {args.num_envs}: {e}")
   try:
-    task = make_task(go1_model(args.model), args.threads)
+    task = make_task(model, args.threads, None if dist is None else dist.sim)
   except ValueError as e:
     parser.error(f"--model {args.model} is not a Go1 this task can use: {e}")
 
@@ -936,8 +1094,9 @@ def main(argv: list[str] | None = None) -> dict:
     config = Config(
       args.num_envs, args.unroll, args.iterations, args.episode_length, args.seed, args.minutes
     )
-    return train(task, config, args.out)
+    return train(task, config, args.out, dist)
 
 
 if __name__ == "__main__":
-  main()
+  result = main()
+  sys.exit(result if isinstance(result, int) else 0)
