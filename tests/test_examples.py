@@ -104,11 +104,14 @@ def _refusal(script: str, *args: str) -> tuple[int, str]:
 
 
 def test_arm_throw(tmp_path):
-  # A reduced size: 16 candidates x 4 CEM iterations (the full run: 256 x 60).
+  # A reduced size: 4 searches of 16 candidates x 4 CEM iterations (the full run: 4 x 256 x 60).
   result = tmp_path / "throw.npz"
   out = run("arm_throw.py", "--population", "16", "--iterations", "4", "--out", str(result))
   hand = number(r"best of \d+ hand designs: ([\d.]+) m", out)
   best = number(r"optimised design: ([\d.]+) m", out)
+  searches = re.search(r"the 4 searches ended at ([\d., ]+) m", out)
+  assert searches, out
+  assert best == pytest.approx(max(float(v) for v in searches.group(1).split(", ")), abs=1e-3)
   assert hand > 3.0
   assert best >= 1.05 * hand  # morphology and control searched together beat every hand design
   # A candidate (its params row, set_const) equals an MjModel compiled with its morphology.
@@ -131,6 +134,8 @@ def test_arm_throw_refuses_bad_flags(tmp_path):
   assert code == 2 and "--population must be at least 8" in err
   code, err = _refusal("arm_throw.py", "--iterations", "0")
   assert code == 2 and "--iterations must be at least 1" in err
+  code, err = _refusal("arm_throw.py", "--restarts", "0")
+  assert code == 2 and "--restarts must be at least 1" in err
   code, err = _refusal("arm_throw.py", "--threads", "-1")
   assert code == 2 and "--threads must be in" in err
   code, err = _refusal("arm_throw.py", "--play", str(tmp_path / "missing.npz"))
