@@ -1,7 +1,8 @@
-"""What the benchmark scripts share: model lookup, argument types, machine facts, output.
+"""What the benchmark scripts share: model lookup and variants, arguments, machine facts, output.
 
 Scripts import it as `from _common import ...` after putting this folder on sys.path, since
-benchmarks/ is not a package (each script runs as `python benchmarks/<script>.py`).
+benchmarks/ is not a package (each script runs as `python benchmarks/<script>.py`). _peer.py
+imports it too, in the peers' interpreters, so it imports only the standard library at the top.
 """
 
 import argparse
@@ -22,15 +23,61 @@ SHARED_MODELS = PROJECT.parent / "shared" / "models"
 RESULTS = HERE / "results"
 
 
-def resolve_model(name: str) -> tuple[Path | None, Any]:
+# `humanoid` as a MODEL: DeepMind's MuJoCo humanoid, as the mujoco-warp package ships it (we
+# copy no third-party file into the repository). It is looked up in this interpreter and then in
+# the interpreters a script is given for its peers, which is where mujoco-warp is installed.
+HUMANOID = ("mujoco_warp", "test_data/humanoid/humanoid.xml")
+# The model variant that MJX 3.17 can run; see make_mjx_compatible.
+MJX_COMPATIBLE = "mjx-compatible"
+# A contype/conaffinity bit no shipped model uses: it lets a mesh collide with the world only.
+_WORLD_ONLY_BIT = 1 << 30
+
+
+def package_file(package: str, relative: str, pythons: Sequence[str] = ()) -> Path | None:
+  """The file `relative` inside an installed `package`, in this interpreter or one of `pythons`.
+
+  Another interpreter is asked where the package lives (importlib.util.find_spec, which does not
+  import it), so a file that only a peer's venv has can still be read from here.
+  """
+  locations: list[str] = []
+  spec = importlib.util.find_spec(package)
+  if spec is not None:
+    locations += list(spec.submodule_search_locations or [])
+  for python in pythons:
+    script = ("import importlib.util, sys; s = importlib.util.find_spec(sys.argv[1]); "
+              "print(*((s and s.submodule_search_locations) or []), sep='\\n')")
+    try:
+      found = subprocess.run([python, "-c", script, package], capture_output=True, text=True,
+                             timeout=120).stdout
+    except (OSError, subprocess.SubprocessError):
+      continue
+    locations += [line for line in found.splitlines() if line.strip()]
+  for location in locations:
+    candidate = Path(location) / relative
+    if candidate.is_file():
+      return candidate.resolve()
+  return None
+
+
+def resolve_model(name: str, pythons: Sequence[str] = ()) -> tuple[Path | None, Any]:
   """The XML path (None if only a model object is known) and the MjModel of MODEL.
 
-  MODEL is an XML path, a folder under ../shared/models/ (relative to the project root), or a
-  MuJoCo Menagerie name when the optional `mujoco-menagerie` package is installed.
+  MODEL is an XML path, a folder under ../shared/models/ (relative to the project root),
+  `humanoid` (HUMANOID, found in this interpreter or one of `pythons`), or a MuJoCo Menagerie
+  name when the optional `mujoco-menagerie` package is installed.
   """
   import mujoco
 
   path = Path(name)
+  if name == "humanoid" and not path.exists():
+    found = package_file(*HUMANOID, pythons=pythons)
+    if found is None:
+      raise SystemExit(
+        f"model 'humanoid' is {HUMANOID[1]} of the {HUMANOID[0]} package, installed neither in "
+        "this interpreter nor in the peer interpreters given (pip install mujoco-warp, or pass "
+        "--warp-python PATH)"
+      )
+    return found, mujoco.MjModel.from_xml_path(str(found))
   candidates = [path, PROJECT / path, SHARED_MODELS / name]
   for candidate in candidates:
     if candidate.is_dir():
@@ -128,3 +175,70 @@ def pyplot() -> Any | None:
   import matplotlib.pyplot as plt
 
   return plt
+
+
+def make_mjx_compatible(spec: Any) -> dict[str, Any]:
+  """Edits an MjSpec in place into a model that MJX 3.17 steps on CPU; returns what changed.
+
+  Each change answers something MJX 3.17 refused, or could not compile, on the Unitree robots;
+  models without those features come through unchanged, and every row of a run then steps the
+  same converted model, so that the comparison stays like for like:
+  - pyramidal friction cones and condim 3 on every geom and contact pair: MJX raises
+    NotImplementedError for condim 1 with elliptic cones (the Go1's); pyramidal cones with
+    condim 3 are what MJX's own models use.
+  - collidable meshes of the robot collide with the world's geoms (the floor) only: MJX has no
+    cylinder-mesh collision (NotImplementedError on the G1's shoulder cylinders against its
+    meshes), and without a broadphase it tests every candidate pair in every step: with
+    capsules for the cylinders instead, the G1's 24 collision meshes against each other made
+    1544 contact slots, whose XLA compile ran out of memory after 4 minutes.
+  mujoco is imported by the caller's interpreter, so _peer.py repeats the same conversion with
+  its own MuJoCo version.
+  """
+  import mujoco
+
+  changes: dict[str, Any] = {"cone": None, "condim_to_3": 0,
+                             "meshes_colliding_with_world_only": 0}
+  if spec.option.cone != mujoco.mjtCone.mjCONE_PYRAMIDAL:
+    changes["cone"] = "elliptic -> pyramidal"
+    spec.option.cone = mujoco.mjtCone.mjCONE_PYRAMIDAL
+  world = spec.worldbody.name
+  world_geoms, meshes = [], []
+  for geom in spec.geoms:
+    if geom.condim != 3:
+      geom.condim = 3
+      changes["condim_to_3"] += 1
+    if not (geom.contype or geom.conaffinity):
+      continue  # visual only: never collides, MJX never sees it in a pair
+    if geom.parent.name == world:
+      world_geoms.append(geom)
+      continue
+    if geom.type == mujoco.mjtGeom.mjGEOM_MESH:
+      meshes.append(geom)
+  if meshes:
+    # Contact needs (contype1 & conaffinity2) or (contype2 & conaffinity1): a mesh with no
+    # contype and only the spare bit as conaffinity meets world geoms, which get the bit as
+    # contype, and nothing else; the other geoms' bits are left as they were.
+    for geom in world_geoms:
+      geom.contype |= _WORLD_ONLY_BIT
+      geom.conaffinity |= _WORLD_ONLY_BIT
+    for geom in meshes:
+      geom.contype, geom.conaffinity = 0, _WORLD_ONLY_BIT
+    changes["meshes_colliding_with_world_only"] = len(meshes)
+  for pair in spec.pairs:
+    if pair.condim != 3:
+      pair.condim = 3
+      changes["condim_to_3"] += 1
+  return changes
+
+
+def load_variant(xml: Path, variant: str | None) -> tuple[Any, dict[str, Any] | None]:
+  """The MjModel of `xml` as is (variant None) or converted (MJX_COMPATIBLE), and the changes."""
+  import mujoco
+
+  if variant is None:
+    return mujoco.MjModel.from_xml_path(str(xml)), None
+  if variant != MJX_COMPATIBLE:
+    raise ValueError(f"unknown model variant {variant!r}")
+  spec = mujoco.MjSpec.from_file(str(xml))
+  changes = make_mjx_compatible(spec)
+  return spec.compile(), changes

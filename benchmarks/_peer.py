@@ -1,12 +1,18 @@
-"""A benchmark worker for peers that must run in another interpreter (mjbatch 0.1.4, MJX).
+"""A benchmark worker for peers that must run in another interpreter (mjbatch 0.1.4, MJX, Warp).
 
-mjbatch 0.1.4 pins MuJoCo 3.14 and MJX brings its own JAX set-up, so neither can share a process
-with mjbatch_jax. scaling.py starts this file with the peer's interpreter and talks to it over
-stdin/stdout, one JSON object a line, so that the peer's measurements interleave with the
-others' within each repeat instead of running as one block. Only mujoco and numpy are needed
-here; nothing is imported from the project.
+mjbatch 0.1.4 pins MuJoCo 3.14, MJX 3.17 needs MuJoCo 3.17 and brings its own JAX set-up, and
+MuJoCo Warp brings Warp, so none can share a process with mjbatch_jax. scaling.py starts this
+file with the peer's interpreter and talks to it over stdin/stdout, one JSON object a line, so
+that the peer's measurements interleave with the others' within each repeat instead of running
+as one block. Only mujoco and numpy are needed here, and _common.py beside it (standard library
+at import) for the model variant's conversion; nothing is imported from the mjbatch_jax package.
 
-  echo '{"op": "hello"}' | /tmp/venvmjb/bin/python benchmarks/_peer.py MODEL.xml INPUTS.npz 2
+  echo '{"op": "hello"}' | /tmp/venvmjb/bin/python benchmarks/_peer.py MODEL.xml INPUTS.npz 2 \
+      [mjx-compatible]
+
+The optional fourth argument names a model variant (see _common.load_variant): the worker
+converts MODEL.xml itself with its own MuJoCo, and its hello reply reports the model's sizes and
+the changes so that scaling.py can check they are the ones its own model has.
 
 Requests: {"op": "hello"}; {"op": "setup", "row": R, "num_sims": N, "nstep": K, "calls": C}
 (builds and warms up; reports compile time); {"op": "time", ...same keys} (one timed
@@ -36,8 +42,12 @@ import numpy as np  # noqa: E402
 class Worker:
   """Holds the model, the shared inputs and the built peers, by configuration."""
 
-  def __init__(self, xml: str, inputs: str, threads: int):
-    self.model = mujoco.MjModel.from_xml_path(xml)
+  def __init__(self, xml: str, inputs: str, threads: int, variant: str | None = None):
+    from pathlib import Path
+
+    from _common import load_variant
+
+    self.model, self.variant_changes = load_variant(Path(xml), variant)
     arrays = np.load(inputs)
     self.qpos0, self.qvel0, self.act0 = arrays["qpos0"], arrays["qvel0"], arrays["act0"]
     self.ctrl = arrays["ctrl"]
@@ -52,7 +62,11 @@ class Worker:
     data.ctrl[:] = ctrl
 
   def hello(self) -> dict[str, Any]:
-    reply: dict[str, Any] = {"mujoco": mujoco.__version__}
+    m = self.model
+    reply: dict[str, Any] = {
+      "mujoco": mujoco.__version__, "variant_changes": self.variant_changes,
+      "sizes": {"nq": m.nq, "nv": m.nv, "nu": m.nu, "na": m.na, "ngeom": m.ngeom},
+    }
     try:
       import mjbatch  # pyright: ignore[reportMissingImports]
 
@@ -68,6 +82,14 @@ class Worker:
       reply["jax"] = jax.__version__
     except Exception as e:
       reply["mjx_error"] = f"{type(e).__name__}: {e}"
+    try:
+      import mujoco_warp  # noqa: F401  # pyright: ignore[reportMissingImports]
+      import warp  # pyright: ignore[reportMissingImports]
+
+      reply["mjwarp"] = _dist_version("mujoco-warp")
+      reply["warp"] = warp.__version__
+    except Exception as e:
+      reply["mjwarp_error"] = f"{type(e).__name__}: {e}"
     return reply
 
   def serial(self, warmup: int, steps: int) -> dict[str, Any]:
@@ -101,6 +123,8 @@ class Worker:
       return {"compile_s": None}
     if row == "mjx":
       return self._setup_mjx(key)
+    if row == "mjwarp":
+      return self._setup_mjwarp(key)
     raise ValueError(f"unknown row {row!r}")
 
   def _setup_mjx(self, key: tuple[Any, ...]) -> dict[str, Any]:
@@ -130,9 +154,75 @@ class Worker:
     self.time("mjx", num_sims, nstep, calls)  # warm-up
     return {"compile_s": compile_s}
 
+  def _setup_mjwarp(self, key: tuple[Any, ...]) -> dict[str, Any]:
+    import tempfile
+
+    import mujoco_warp as mjw  # pyright: ignore[reportMissingImports]
+    import warp as wp  # pyright: ignore[reportMissingImports]
+
+    _, num_sims, nstep, calls = key
+    if not getattr(self, "_warp_ready", False):
+      import atexit
+      import shutil
+
+      # A fresh kernel cache, so that the compile time is a cold one, as MJX's always is; Warp's
+      # CPU device compiles each kernel module with its bundled clang on first use.
+      cache = tempfile.mkdtemp(prefix="mjbatch_bench_warp_")
+      atexit.register(shutil.rmtree, cache, ignore_errors=True)
+      wp.config.kernel_cache_dir = cache
+      wp.config.quiet = True
+      wp.init()
+      self._warp_ready = True
+    device = wp.get_device("cpu")
+    data = mujoco.MjData(self.model)
+    self._reset_data(data, self.ctrl[0])
+    mujoco.mj_forward(self.model, data)
+    with wp.ScopedDevice(device):
+      model = mjw.put_model(self.model)
+      # put_data repeats the settled state (and its solver warm start) in every world.
+      batched = mjw.put_data(self.model, data, nworld=num_sims)
+      batched.ctrl.assign(self.ctrl[:num_sims])
+      fields = ("qpos", "qvel", "act", "qacc_warmstart", "time")
+      initial = {f: wp.clone(getattr(batched, f)) for f in fields if hasattr(batched, f)}
+      start = time.perf_counter()
+      mjw.step(model, batched)  # compiles and loads every kernel module the step launches
+      wp.synchronize_device(device)
+      compile_s = time.perf_counter() - start
+      # Warp's idiomatic loop replays a captured graph of the step; where the device cannot
+      # capture, it launches the step's kernels one by one.
+      graph, capture_error = None, None
+      try:
+        with wp.ScopedCapture(device=device) as capture:
+          mjw.step(model, batched)
+        graph = capture.graph
+      except Exception as e:
+        capture_error = f"{type(e).__name__}: {e}"
+    self.built[key] = (wp, mjw, device, model, batched, initial, graph)
+    self.time("mjwarp", num_sims, nstep, calls)  # warm-up
+    # A replayed graph must really step (time advances in every world), else the timings lie.
+    # Within a quarter of a timestep: float32 time gathers rounding, a missed step is a whole one.
+    elapsed = batched.time.numpy() - initial["time"].numpy()
+    expected = calls * nstep * self.model.opt.timestep
+    if not np.allclose(elapsed, expected, rtol=0, atol=0.25 * self.model.opt.timestep):
+      raise RuntimeError(f"mjwarp stepped {elapsed[:3]} s of simulated time, not {expected} s")
+    return {"compile_s": compile_s, "graph": graph is not None, "graph_error": capture_error}
+
   def time(self, row: str, num_sims: int, nstep: int, calls: int) -> dict[str, Any]:
     built = self.built[(row, num_sims, nstep, calls)]
-    if row == "mjbatch":
+    if row == "mjwarp":
+      wp, mjw, device, model, batched, initial, graph = built
+      for field, value in initial.items():
+        wp.copy(getattr(batched, field), value)
+      wp.synchronize_device(device)
+      start = time.perf_counter()
+      for _ in range(calls * nstep):
+        if graph is not None:
+          wp.capture_launch(graph)
+        else:
+          mjw.step(model, batched)
+      wp.synchronize_device(device)
+      seconds = time.perf_counter() - start
+    elif row == "mjbatch":
       batch, state, initial = built
       state[:] = initial
       start = time.perf_counter()
@@ -161,7 +251,8 @@ def _dist_version(name: str) -> str | None:
 def main() -> None:
   # Libraries print notices on stdout (MJX: "Failed to import warp"); keep it for the replies.
   replies, sys.stdout = sys.stdout, sys.stderr
-  worker = Worker(sys.argv[1], sys.argv[2], int(sys.argv[3]) if len(sys.argv) > 3 else 1)
+  worker = Worker(sys.argv[1], sys.argv[2], int(sys.argv[3]) if len(sys.argv) > 3 else 1,
+                  sys.argv[4] if len(sys.argv) > 4 and sys.argv[4] else None)
   for line in sys.stdin:
     if not line.strip():
       continue

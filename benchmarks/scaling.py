@@ -2,9 +2,14 @@
 
   python benchmarks/scaling.py unitree_go1 --num-sims 256,4096 --threads 1,2 --nstep 1,10 \
       --mjbatch-python /tmp/venvmjb/bin/python --repeats 11
+  python benchmarks/scaling.py humanoid --mjx-compatible --mjx-python /tmp/venvmjx/bin/python \
+      --warp-python /tmp/venvwarp/bin/python --slow-peer-configs 256:1:1
 
-MODEL is an XML path, a folder under ../shared/models/ (relative to the project root), or a
-MuJoCo Menagerie name when the optional `mujoco-menagerie` package is installed.
+MODEL is an XML path, a folder under ../shared/models/ (relative to the project root),
+`humanoid` (DeepMind's humanoid as the mujoco-warp package ships it, found in this interpreter or
+in --warp-python's / --mjx-python's), or a MuJoCo Menagerie name when the optional
+`mujoco-menagerie` package is installed. --mjx-compatible converts it (_common.make_mjx_compatible)
+into a model MJX 3.17 can run, for every row, the peers' included.
 
 Protocol (steady state, the same for every row): the model settles for --settle substeps from its
 keyframe under the keyframe's ctrl; that state is every simulation's start row, each with its own
@@ -45,8 +50,10 @@ from typing import Any
 import numpy as np
 from _common import (
   HERE,
+  MJX_COMPATIBLE,
   RESULTS,
   int_list,
+  load_variant,
   machine_info,
   model_label,
   pyplot,
@@ -67,13 +74,18 @@ ROWS: tuple[tuple[str, str], ...] = (
   ("mjbatch_0.1.4.Batch", "mjbatch 0.1.4 Batch.step (MuJoCo 3.14, subprocess)"),
   ("mjbatch_0.1.4.python_mj_step", "serial mj_step loop in mjbatch's interpreter (MuJoCo 3.14)"),
   ("mjx", "MJX on CPU: jit(vmap(mjx.step)) in a scan (subprocess pinned to T cores)"),
+  ("mjwarp", "MuJoCo Warp on Warp's CPU device: mjw.step over N worlds (subprocess, T cores)"),
 )
 ROW_NAMES = tuple(name for name, _ in ROWS)
 LIMITS = ("c_loop", "c_lockstep")
 # Rows that do not run the start rows of the others (one trajectory, its own length): measured
 # once per repeat and reported apart, never as a ratio.
 SERIAL_ROWS = ("mjbatch_0.1.4.python_mj_step",)
-PEERS = ("python", "mujoco.batch", "mujoco.rollout", "mjbatch", "mjx")
+PEERS = ("python", "mujoco.batch", "mujoco.rollout", "mjbatch", "mjx", "mjwarp")
+# Peers far slower than the rest (or slow to compile): --slow-peer-configs can limit them to a
+# few configurations. Each is also reported as a multiple: how many times faster the JAX path is.
+SLOW_PEERS = ("mjx", "mjwarp")
+JAX_ROW = "mjbatch_jax.step_scan"
 
 
 class Inputs:
@@ -130,9 +142,9 @@ class Inputs:
 class Peer:
   """A _peer.py worker in another interpreter, for one thread count."""
 
-  def __init__(self, python: str, xml: Path, inputs: Path, threads: int):
+  def __init__(self, python: str, xml: Path, inputs: Path, threads: int, variant: str | None):
     self.proc = subprocess.Popen(
-      [python, str(HERE / "_peer.py"), str(xml), str(inputs), str(threads)],
+      [python, str(HERE / "_peer.py"), str(xml), str(inputs), str(threads), variant or ""],
       stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
     )
 
@@ -238,6 +250,14 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
                       help=f"comma-separated peers to compare with, of {','.join(PEERS)}")
   parser.add_argument("--mjbatch-python", help="interpreter with mjbatch 0.1.4 installed")
   parser.add_argument("--mjx-python", help="interpreter with mujoco-mjx (default: this one)")
+  parser.add_argument("--warp-python",
+                      help="interpreter with mujoco-warp (default: this one, if it has it)")
+  parser.add_argument("--mjx-compatible", action="store_true",
+                      help="convert the model into one MJX 3.17 runs, for every row (see "
+                           "benchmarks/README.md); results get a -mjx-compatible suffix")
+  parser.add_argument("--slow-peer-configs", type=_configs,
+                      help="run the mjx and mjwarp rows only at these N:T:K configurations, "
+                           "e.g. 256:1:1,256:1:10 (default: at all)")
   parser.add_argument("--serial-warmup", type=int, default=20,
                       help="mjbatch_0.1.4.python_mj_step: untimed substeps")
   parser.add_argument("--serial-steps", type=int, default=200,
@@ -245,6 +265,10 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
   parser.add_argument("--out", type=Path, default=RESULTS, help="output folder")
   parser.add_argument("--no-plot", action="store_true")
   args = parser.parse_args(argv)
+  if args.slow_peer_configs is not None:
+    grid = {(n, t, k) for n in args.num_sims for t in args.threads for k in args.nstep}
+    if not set(args.slow_peer_configs) <= grid:
+      parser.error("--slow-peer-configs must be among --num-sims x --threads x --nstep")
   args.peers = {p.strip() for p in args.peers.split(",") if p.strip()}
   unknown = args.peers - set(PEERS)
   if unknown:
@@ -256,11 +280,25 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
   return args
 
 
+def _configs(text: str) -> list[tuple[int, int, int]]:
+  """argparse type: comma-separated N:T:K configurations, each value >= 1."""
+  try:
+    configs = [tuple(int(v) for v in item.split(":")) for item in text.split(",") if item.strip()]
+  except ValueError:
+    configs = []
+  if not configs or any(len(c) != 3 or min(c) < 1 for c in configs):
+    raise argparse.ArgumentTypeError(f"expected N:T:K[,N:T:K...] with ints >= 1, got {text!r}")
+  return [(c[0], c[1], c[2]) for c in configs]
+
+
 class Harness:
   """Builds every row's timers, then times them interleaved."""
 
-  def __init__(self, args: argparse.Namespace, xml: Path | None, model: Any, inputs: Inputs):
+  def __init__(self, args: argparse.Namespace, xml: Path | None, model: Any, inputs: Inputs,
+               variant: tuple[str, dict[str, Any] | None] | None = None):
     self.args, self.xml, self.model, self.inputs = args, xml, model, inputs
+    # (name, changes) of the model variant every row steps; a peer must report the same.
+    self.variant = variant
     self.configs = [(n, t, k) for n in args.num_sims for t in args.threads for k in args.nstep]
     self.unavailable: dict[str, str] = {}
     self.compile_s: dict[tuple[str, Any], float] = {}
@@ -307,6 +345,7 @@ class Harness:
       ("mujoco.rollout", self.add_mujoco_rollout),
       ("mjbatch_0.1.4.Batch", self.add_mjbatch),
       ("mjx", self.add_mjx),
+      ("mjwarp", self.add_mjwarp),
     ]
     for row, builder in builders:
       try:
@@ -518,20 +557,40 @@ class Harness:
     inputs = Path(self.info["tmpdir"]) / "inputs.npz"
     if not inputs.exists():
       self.inputs.save(inputs)
-    peer = Peer(python, self.xml, inputs, threads)
+    peer = Peer(python, self.xml, inputs, threads, self.variant[0] if self.variant else None)
     self.peers.append(peer)
     return peer
 
+  def _hello(self, peer: Peer) -> dict[str, Any]:
+    """The peer's hello, after checking that it steps the same model as this process."""
+    hello = _ok(peer.ask(op="hello"))
+    m = self.model
+    ours = {"nq": m.nq, "nv": m.nv, "nu": m.nu, "na": m.na, "ngeom": m.ngeom}
+    if hello.get("sizes") != ours:
+      raise PeerError(f"the peer's model has sizes {hello.get('sizes')}, this one {ours}")
+    changes = self.variant[1] if self.variant else None
+    if hello.get("variant_changes") != changes:
+      raise PeerError(f"the peer converted the model as {hello.get('variant_changes')}, this "
+                      f"process as {changes}")
+    return hello
+
   def _peer_timers(self, row: str, kind: str, python: str) -> None:
-    for t in self.args.threads:
+    slow = self.args.slow_peer_configs if row in SLOW_PEERS else None
+    configs = [c for c in self.configs if slow is None or c in slow]
+    for t in sorted({t for _, t, _ in configs}):
       peer = self._peer(python, t)
-      for n, tt, k in self.configs:
+      self._hello(peer)
+      for n, tt, k in configs:
         if tt != t:
           continue
         request = {"row": kind, "num_sims": n, "nstep": k, "calls": self.calls[(n, t, k)]}
         reply = _ok(peer.ask(op="setup", **request))
         if reply.get("compile_s") is not None:
           self.compile_s[(row, (n, t, k))] = reply["compile_s"]
+        extra = {key: value for key, value in reply.items()
+                 if key not in ("ok", "compile_s") and value is not None}
+        if extra:
+          self.info.setdefault("setup_notes", {})[f"{row} N={n} T={t} k={k}"] = extra
 
         def run(peer: Peer = peer, request: dict = request) -> int:
           return _ok(peer.ask(op="time", **request))["substeps"]
@@ -547,7 +606,7 @@ class Harness:
       for row in rows:
         self.unavailable[row] = "not run: pass --mjbatch-python PATH (an interpreter with mjbatch)"
       return
-    hello = _ok(self._peer(python, 1).ask(op="hello"))
+    hello = self._hello(self._peer(python, 1))
     if "mjbatch" not in hello:
       raise PeerError(f"{python} cannot import mjbatch: {hello.get('mjbatch_error')}")
     self.info["mjbatch_peer"] = {"mjbatch": hello["mjbatch"], "mujoco": hello["mujoco"]}
@@ -574,12 +633,27 @@ class Harness:
           "mujoco-mjx is not importable in this interpreter; pass --mjx-python PATH"
         )
       python = sys.executable
-    hello = _ok(self._peer(python, 1).ask(op="hello"))
+    hello = self._hello(self._peer(python, 1))
     if "mjx" not in hello:
       raise PeerError(f"{python} cannot import mujoco.mjx: {hello.get('mjx_error')}")
     self.info["mjx_peer"] = {"mjx": hello["mjx"], "jax": hello.get("jax"),
                              "mujoco": hello["mujoco"]}
     self._peer_timers("mjx", "mjx", python)
+
+  def add_mjwarp(self) -> None:
+    if self._skip_unless("mjwarp", ["mjwarp"]):
+      return
+    python = self.args.warp_python
+    if not python:
+      if importlib.util.find_spec("mujoco_warp") is None:
+        raise PeerError("mujoco-warp is not importable in this interpreter; pass --warp-python")
+      python = sys.executable
+    hello = self._hello(self._peer(python, 1))
+    if "mjwarp" not in hello:
+      raise PeerError(f"{python} cannot import mujoco_warp: {hello.get('mjwarp_error')}")
+    self.info["mjwarp_peer"] = {"mujoco_warp": hello["mjwarp"], "warp": hello.get("warp"),
+                                "mujoco": hello["mujoco"]}
+    self._peer_timers("mjwarp", "mjwarp", python)
 
   def measure(self, bar: Bar) -> list[dict[tuple[str, Any], Sample]]:
     """One block of every timer per repeat, in turn: a dict per repeat by (row, config)."""
@@ -652,6 +726,14 @@ def summarize(harness: Harness, repeats: list[dict[tuple[str, Any], Sample]]) ->
             ratios = [getattr(r[(limit, config)], attr) / max(getattr(r[key], attr), 1e-9)
                       for r in repeats if key in r and (limit, config) in r]
             entry[f"ratio_to_{limit}_{clock}"] = _stats(ratios) if ratios else None
+        if name in SLOW_PEERS:
+          # How many times faster the JAX path is: this row's time over the JAX row's for the
+          # same work in the same repeat.
+          jax_key = (JAX_ROW, config)
+          for clock, attr in (("cpu", "cpu_s"), ("wall", "wall_s")):
+            times = [getattr(r[key], attr) / max(getattr(r[jax_key], attr), 1e-9)
+                     for r in repeats if key in r and jax_key in r]
+            entry[f"jax_speedup_{clock}"] = _stats(times) if times else None
       results.append(entry)
     if results:
       rows[name] = {"meaning": meaning, "available": True, "results": results}
@@ -707,6 +789,17 @@ def format_table(rows: dict[str, Any], configs: Sequence[tuple[int, int, int]]) 
       r = rows[name]["results"][0]
       lines.append(f"  {name}: {r['throughput_cpu']['median'] / 1e3:.1f} k substeps per CPU s, "
                    f"{r['throughput_wall']['median'] / 1e3:.1f} k per wall s")
+  multiples = []
+  for name in SLOW_PEERS:
+    if not rows[name]["available"]:
+      continue
+    for r in rows[name]["results"]:
+      config = f"N={r['num_sims']} T={r['threads']} k={r['nstep']}"
+      multiples.append(f"  {name} {config}: {_cell(r.get('jax_speedup_cpu'))} by CPU time, "
+                       f"{_cell(r.get('jax_speedup_wall'))} by wall time")
+  if multiples:
+    lines += ["", f"how many times faster {JAX_ROW} is than (median, smallest-largest):",
+              *multiples]
   compile_lines = []
   for name in ROW_NAMES:
     row = rows[name]
@@ -720,7 +813,7 @@ def format_table(rows: dict[str, Any], configs: Sequence[tuple[int, int, int]]) 
 
 def plot(plt: Any, rows: dict[str, Any], args: argparse.Namespace, path: Path, title: str) -> None:
   ks = args.nstep
-  fig, axes = plt.subplots(2, len(ks), figsize=(6 * len(ks), 9), squeeze=False)
+  fig, axes = plt.subplots(3, len(ks), figsize=(6 * len(ks), 13), squeeze=False)
   max_n, max_t = max(args.num_sims), max(args.threads)
   for col, k in enumerate(ks):
     for ax, x_name, fixed_name, fixed in (
@@ -746,6 +839,30 @@ def plot(plt: Any, rows: dict[str, Any], args: argparse.Namespace, path: Path, t
       ax.set_title(f"{title}: nstep={k}, {fixed_name}={fixed}")
       ax.grid(True, which="both", alpha=0.3)
   axes[0][0].legend(fontsize=8)
+  # Every configuration as a ratio to the C loop by CPU time: the only panel that shows rows
+  # measured at a few configurations (--slow-peer-configs), where the panels above, at the
+  # largest N and T, have no point of theirs.
+  for ax in axes[2]:
+    ax.remove()
+  wide = fig.add_subplot(axes[2][0].get_gridspec()[2, :])
+  configs = [(n, t, k) for n in args.num_sims for t in args.threads for k in ks]
+  for name in ROW_NAMES:
+    row = rows[name]
+    if not row["available"] or name in SERIAL_ROWS:
+      continue
+    found = {(r["num_sims"], r["threads"], r["nstep"]): r for r in row["results"]}
+    points = [(i, found[c]["ratio_to_c_loop_cpu"]["median"]) for i, c in enumerate(configs)
+              if c in found and found[c].get("ratio_to_c_loop_cpu")]
+    if points:
+      xs, ys = zip(*points, strict=True)
+      wide.plot(xs, ys, marker="o", linestyle=":", label=name)
+  wide.set_xticks(range(len(configs)), [f"N={n} T={t} k={k}" for n, t, k in configs],
+                  fontsize=8)
+  wide.set_yscale("log")
+  wide.set_ylabel("ratio to c_loop by CPU time (median)")
+  wide.set_title(f"{title}: every configuration")
+  wide.grid(True, which="both", alpha=0.3)
+  wide.legend(fontsize=8)
   fig.tight_layout()
   fig.savefig(path, dpi=100)
   plt.close(fig)
@@ -757,10 +874,18 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
   import jax
 
   jax.config.update("jax_enable_x64", True)
-  xml, model = resolve_model(args.model)
+  xml, model = resolve_model(args.model, [p for p in (args.warp_python, args.mjx_python) if p])
   label = model_label(args.model, xml)
+  variant = None
+  if args.mjx_compatible:
+    if xml is None:
+      raise SystemExit("--mjx-compatible needs the model as an XML file")
+    model, changes = load_variant(xml, MJX_COMPATIBLE)
+    variant = (MJX_COMPATIBLE, changes)
+    label = f"{label}-{MJX_COMPATIBLE}"
+    print(f"model variant {MJX_COMPATIBLE}: {changes}")
   inputs = Inputs(model, max(args.num_sims), args.settle)
-  harness = Harness(args, xml, model, inputs)
+  harness = Harness(args, xml, model, inputs, variant)
   bar = Bar(len(ROW_NAMES) - 1 + args.repeats * len(harness.configs) * len(ROW_NAMES))
   with tempfile.TemporaryDirectory() as tmp:
     harness.info["tmpdir"] = tmp
@@ -776,6 +901,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
   result = {
     "model": label,
     "model_path": str(xml) if xml else None,
+    "model_variant": {"name": variant[0], "changes": variant[1]} if variant else None,
     "date": datetime.datetime.now().isoformat(timespec="seconds"),
     "machine": machine_info([sys.argv[0], *argv]),
     "settings": {
@@ -784,8 +910,10 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
       "min_block_s": args.min_block, "settle": args.settle, "repeats": args.repeats,
       "serial_warmup": args.serial_warmup, "serial_steps": args.serial_steps,
       "peers": sorted(args.peers),
+      "slow_peer_configs": args.slow_peer_configs,
     },
     "peers": {k: v for k, v in harness.info.items() if k.endswith("_peer")},
+    "peer_setup_notes": harness.info.get("setup_notes", {}),
     "rows": rows,
   }
   table = format_table(rows, harness.configs)

@@ -1,10 +1,12 @@
 """The benchmark scripts still run end to end and report every row (never their speed)."""
 
+import importlib.util
 import json
 import os
 import subprocess
 import sys
 from pathlib import Path
+from types import ModuleType
 
 import pytest
 
@@ -39,7 +41,41 @@ REQUIRED_ROWS = (
   "mjbatch_jax.rollout",
   "mujoco.rollout",
 )
-OPTIONAL_ROWS = ("mjbatch_0.1.4.Batch", "mjbatch_0.1.4.python_mj_step", "mjx")
+OPTIONAL_ROWS = ("mjbatch_0.1.4.Batch", "mjbatch_0.1.4.python_mj_step", "mjx", "mjwarp")
+
+# What MJX 3.17 refuses or cannot compile, in small: an elliptic cone, condim 1 and 6 geoms, and
+# two collision meshes that overlap each other and the floor.
+MJX_UNFRIENDLY_XML = """
+<mujoco>
+  <option cone="elliptic"/>
+  <asset>
+    <mesh name="cube" vertex="-.05 -.05 -.05  .05 -.05 -.05  -.05 .05 -.05  .05 .05 -.05
+                              -.05 -.05 .05  .05 -.05 .05  -.05 .05 .05  .05 .05 .05"/>
+  </asset>
+  <default><geom condim="1"/></default>
+  <worldbody>
+    <geom name="floor" type="plane" size="1 1 0.1"/>
+    <body pos="0 0 0.04"><freejoint/><geom name="mesh_a" type="mesh" mesh="cube"/></body>
+    <body pos="0.05 0 0.04"><freejoint/><geom name="mesh_b" type="mesh" mesh="cube"/></body>
+    <body pos="0.3 0 0.2">
+      <joint name="hinge" type="hinge" axis="0 1 0"/>
+      <geom name="arm" type="capsule" size="0.02" fromto="0 0 0 0.1 0 0" condim="6"/>
+      <geom name="visual" type="sphere" size=".01" contype="0" conaffinity="0"/>
+    </body>
+  </worldbody>
+  <actuator><motor joint="hinge" ctrlrange="-1 1"/></actuator>
+</mujoco>
+"""
+
+
+@pytest.fixture(scope="module")
+def common() -> ModuleType:
+  """benchmarks/_common.py as a module (benchmarks/ is a folder of scripts, not a package)."""
+  spec = importlib.util.spec_from_file_location("_common", BENCHMARKS / "_common.py")
+  assert spec is not None and spec.loader is not None
+  module = importlib.util.module_from_spec(spec)
+  spec.loader.exec_module(module)
+  return module
 
 
 def _has_lockstep_loop() -> bool:
@@ -261,3 +297,88 @@ def test_rl_benchmark_reports_both_rollouts(
   for name in ("physics", "env"):
     assert result["rows"][name]["env_steps_per_s_wall"] > 0
   assert result["env_over_physics_wall"] > 0
+
+
+def _contact_pairs(model) -> set[tuple[str, str]]:
+  import mujoco
+
+  data = mujoco.MjData(model)
+  mujoco.mj_forward(model, data)
+  names = [mujoco.mj_id2name(model, mujoco.mjtObj.mjOBJ_GEOM, g) for g in range(model.ngeom)]
+  return {tuple(sorted((names[a], names[b]))) for a, b in data.contact.geom[: data.ncon]}
+
+
+def test_mjx_compatible_conversion(common: ModuleType, tmp_path: Path) -> None:
+  import mujoco
+
+  xml = tmp_path / "unfriendly.xml"
+  xml.write_text(MJX_UNFRIENDLY_XML)
+  original, none = common.load_variant(xml, None)
+  converted, changes = common.load_variant(xml, common.MJX_COMPATIBLE)
+  assert none is None
+  # 5 geoms: the 4 with the default condim 1 (the visual sphere's too) and the arm's 6.
+  assert changes == {"cone": "elliptic -> pyramidal", "condim_to_3": 5,
+                     "meshes_colliding_with_world_only": 2}
+  assert converted.opt.cone == mujoco.mjtCone.mjCONE_PYRAMIDAL
+  assert set(converted.geom_condim) == {3}
+  assert (converted.nq, converted.nv, converted.nu) == (original.nq, original.nv, original.nu)
+  # The meshes touch each other and the floor: afterwards they meet the floor only.
+  assert ("mesh_a", "mesh_b") in _contact_pairs(original)
+  assert _contact_pairs(converted) == {("floor", "mesh_a"), ("floor", "mesh_b")}
+  with pytest.raises(ValueError, match="unknown model variant"):
+    common.load_variant(xml, "mjx")
+
+
+def test_package_file_asks_other_interpreters(
+  common: ModuleType, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+  # How `humanoid` is found when only a peer's venv has mujoco-warp: a package that this
+  # process cannot import, which another interpreter (here one with a PYTHONPATH) can.
+  data = tmp_path / "root" / "bench_fake_pkg" / "data"
+  data.mkdir(parents=True)
+  (data.parent / "__init__.py").write_text("")
+  (data / "model.xml").write_text("<mujoco/>")
+  monkeypatch.setenv("PYTHONPATH", str(tmp_path / "root"))
+  assert common.package_file("bench_fake_pkg", "data/model.xml") is None
+  found = common.package_file("bench_fake_pkg", "data/model.xml", [sys.executable])
+  assert found == (data / "model.xml").resolve()
+  assert common.package_file("bench_fake_pkg", "data/other.xml", [sys.executable]) is None
+
+
+def test_scaling_runs_the_mjx_compatible_variant(tmp_path: Path) -> None:
+  model = tmp_path / "unfriendly.xml"
+  model.write_text(MJX_UNFRIENDLY_XML)
+  out = tmp_path / "results"
+  # This interpreter as the MJX and Warp peers: the worker converts the model itself and must
+  # report the same changes and sizes (else the row names the mismatch); without mujoco-mjx or
+  # mujoco-warp installed the rows then say they cannot import them.
+  proc = _run(
+    "scaling.py", str(model), "--mjx-compatible", "--num-sims", "2", "--threads", "1",
+    "--nstep", "1", "--repeats", "1", "--calls", "1", "--settle", "2", "--peers", "mjx,mjwarp",
+    "--mjx-python", sys.executable, "--warp-python", sys.executable,
+    "--slow-peer-configs", "2:1:1", "--no-plot", "--out", str(out),
+  )
+  assert "model variant mjx-compatible" in proc.stdout
+  result = _only_json(out, "unfriendly-mjx-compatible-*.json")
+  assert result["model_variant"]["changes"]["meshes_colliding_with_world_only"] == 2
+  assert result["settings"]["slow_peer_configs"] == [[2, 1, 1]]
+  for name in ("c_loop", "mjbatch_jax.Batch", "mjbatch_jax.step_scan", "mjbatch_jax.rollout"):
+    assert result["rows"][name]["available"], result["rows"][name].get("reason")
+  for name, module in (("mjx", "mujoco.mjx"), ("mjwarp", "mujoco_warp")):
+    row = result["rows"][name]
+    if not row["available"]:
+      assert f"cannot import {module}" in row["reason"], row["reason"]
+    else:  # where this interpreter has it: measured, and as a multiple of the JAX path
+      assert row["results"][0]["jax_speedup_cpu"]["median"] > 0
+  for name in ("python_mj_step", "mujoco.batch", "mujoco.rollout"):
+    assert "not selected" in result["rows"][name]["reason"]
+
+
+def test_scaling_rejects_slow_peer_configs_outside_the_grid(tmp_path: Path) -> None:
+  proc = subprocess.run(
+    [sys.executable, str(BENCHMARKS / "scaling.py"), "unused.xml", "--num-sims", "4",
+     "--slow-peer-configs", "256:1:1"],
+    capture_output=True, text=True, timeout=120,
+  )
+  assert proc.returncode != 0
+  assert "--slow-peer-configs must be among" in proc.stderr
