@@ -715,10 +715,15 @@ class Distributed:
     return Params(spec, values)
 
   def local(self, x: jax.Array) -> np.ndarray:
-    """This process's rows of a global array, as numpy."""
-    shards = sorted(x.addressable_shards, key=lambda s: s.index[0].start or 0)
+    """This process's rows of a global array, as numpy; a replicated one (of any rank, a scalar
+    too) whole, as every process holds it.
+
+    Example:
+      cost = float(dist.local(cost))  # a replicated result of dist.map(..., out_specs=P())
+    """
     if x.sharding.is_fully_replicated:
-      return np.asarray(shards[0].data)
+      return np.asarray(x.addressable_data(0))
+    shards = sorted(x.addressable_shards, key=lambda s: s.index[0].start or 0)
     return np.concatenate([np.asarray(s.data) for s in shards])
 
   def gather(self, tree: Any) -> Any:

@@ -74,6 +74,9 @@ def test_setup_alone_is_the_plain_functions(cartpole):
       "body_mass",))))
     assert np.array_equal(mapped, plain)
     assert np.array_equal(dist.local(ctrl), np.asarray(ctrl))
+    # A replicated value comes back whole, a scalar too (a cost from out_specs=P()).
+    assert dist.local(dist.replicate(np.float64(2.5))) == 2.5
+    assert np.array_equal(dist.local(dist.replicate(np.eye(3))), np.eye(3))
     assert dist.records[0]["model"] == distributed.model_digest(cartpole)
 
 
