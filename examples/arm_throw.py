@@ -387,7 +387,7 @@ def cem(thrower: Thrower, start: np.ndarray, population: int, iterations: int, s
   distance per iteration, seconds per iteration after the first, and each search's best."""
   num_elite = max(2, population // 10)
 
-  def one(mean, std, key, best, best_value, distance, u):
+  def one(mean, std, best, best_value, distance, u):
     value, top = jax.lax.top_k(distance, num_elite)
     elites = u[top]
     mean = smoothing * elites.mean(axis=0) + (1 - smoothing) * mean
@@ -395,7 +395,7 @@ def cem(thrower: Thrower, start: np.ndarray, population: int, iterations: int, s
     better = value[0] > best_value
     best = jnp.where(better, elites[0], best)
     best_value = jnp.where(better, value[0], best_value)
-    return mean, jnp.maximum(std, 1e-3), key, best, best_value
+    return mean, jnp.maximum(std, 1e-3), best, best_value
 
   @jax.jit
   def iteration(mean, std, key, best, best_value):
@@ -407,8 +407,8 @@ def cem(thrower: Thrower, start: np.ndarray, population: int, iterations: int, s
     u = u.at[:, 0].set(best)
     distance, _ = thrower._evaluate(u.reshape(restarts * population, DIM))
     distance = jnp.nan_to_num(distance, nan=-jnp.inf).reshape(restarts, population)
-    out = jax.vmap(one)(mean, std, key, best, best_value, distance, u)
-    return *out, jnp.mean(distance)
+    mean, std, best, best_value = jax.vmap(one)(mean, std, best, best_value, distance, u)
+    return mean, std, key, best, best_value, jnp.mean(distance)
 
   # Strongly typed float64 from the start, so the second call does not trace again.
   mean = jnp.asarray(np.tile(start, (restarts, 1)), dtype=np.float64)
