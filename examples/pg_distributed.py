@@ -142,11 +142,6 @@ def load(path: Path, policy, opt_state, settings: dict):
     return int(data["iteration"]), policy, opt_state, data["key"]
 
 
-def host(tree):
-  """Replicated global arrays as numpy (each process holds a full copy)."""
-  return jax.tree.map(lambda x: np.asarray(x.addressable_data(0)), tree)
-
-
 def train(args: argparse.Namespace) -> dict[str, np.ndarray]:
   model = mujoco.MjModel.from_xml_string(CARTPOLE_XML)
   dist = distributed.setup(model, args.sims, num_threads=args.threads)
@@ -173,11 +168,12 @@ def train(args: argparse.Namespace) -> dict[str, np.ndarray]:
     begin = time.perf_counter()
     policy, opt_state, key_data, cost = iteration(policy, opt_state, key_data, dist.state,
                                                   dist.params)
-    cost = float(np.asarray(cost.addressable_data(0)))
+    cost = float(dist.local(cost))
     done = k + 1
     if done % args.checkpoint_every == 0 or done == args.iterations:
       if me == 0:
-        saved_policy, saved_opt_state, saved_key = host((policy, opt_state, key_data))
+        saved_policy, saved_opt_state, saved_key = jax.tree.map(dist.local,
+                                                                 (policy, opt_state, key_data))
         save(checkpoint, done, saved_policy, saved_opt_state, saved_key, settings)
       # Nobody goes on (or crashes, below) before the checkpoint is whole.
       multihost_utils.sync_global_devices(f"checkpoint {done}")
@@ -185,7 +181,7 @@ def train(args: argparse.Namespace) -> dict[str, np.ndarray]:
     if args.crash_after == done and me == dist.process_count - 1:
       print(f"crashing after iteration {done} (--crash-after)", flush=True)
       os.kill(os.getpid(), signal.SIGKILL)
-  final = host(policy)
+  final = jax.tree.map(dist.local, policy)  # replicated: every process holds it whole
   if args.out and me == 0:
     np.savez(args.out, **final)
   return final

@@ -436,11 +436,6 @@ def make_fit(arm: Arm, dist: distributed.Distributed, theta0):
   return linearize, lm_step
 
 
-def scalar(x: jax.Array) -> float:
-  """A replicated global array's value (every process holds it whole)."""
-  return float(np.asarray(x.addressable_data(0)))
-
-
 def fit(arm: Arm, dist: distributed.Distributed, ctrls, q, v, theta0, window: int,
         iterations: int) -> dict:
   """LM from theta0 on one recording; the fit, its costs, identifiability and timings."""
@@ -457,12 +452,12 @@ def fit(arm: Arm, dist: distributed.Distributed, ctrls, q, v, theta0, window: in
   for _ in range(iterations):
     begin, begin_cpu = time.perf_counter(), time.process_time()
     theta, offsets, value = lm_step(theta, offsets, *data)
-    costs.append(scalar(value))
+    costs.append(float(dist.local(value)))
     wall.append(time.perf_counter() - begin)
     cpu.append(time.process_time() - begin_cpu)
     if len(costs) > 2 and costs[-2] - costs[-1] < 1.0:
       break  # converged: a gain below 1 (chi-square 2, noise units) is no evidence of anything
-  found = np.asarray(theta.addressable_data(0)).reshape(theta0.shape)
+  found = dist.local(theta).reshape(theta0.shape)
   # CPU seconds of an iteration and of its custom calls alone (this process's), interleaved
   # (least of three).
   physics = physics_of(arm, jnp.asarray(mine[0]), jnp.asarray(mine[1]), found)
@@ -470,17 +465,14 @@ def fit(arm: Arm, dist: distributed.Distributed, ctrls, q, v, theta0, window: in
   whole, alone = [], []
   for _ in range(3):
     begin = time.process_time()
-    jax.block_until_ready(lm_step(theta, offsets, *data))
+    # Its third output is the cost at the fit (the cost before the step it would take).
+    last = jax.block_until_ready(lm_step(theta, offsets, *data))[2]
     whole.append(time.process_time() - begin)
     begin = time.process_time()
     jax.block_until_ready(physics())
     alone.append(time.process_time() - begin)
-  r, a, b, moved = (np.asarray(x) for x in dist.gather((*linearize(theta, offsets, *data),
-                                                          offsets)))
-  noise = np.concatenate([np.full(arm.model.nv, NOISE_POS), np.full(arm.model.nv, NOISE_VEL)])
-  prior = np.concatenate([(np.ravel(found) - np.ravel(theta0)) / np.tile(SCALE, NUM_LINKS),
-                          np.ravel(moved / noise)])
-  costs.append(float(0.5 * (np.sum(r**2) + prior @ prior)))
+  costs.append(float(dist.local(last)))
+  r, a, b = (np.asarray(x) for x in dist.gather(linearize(theta, offsets, *data)))
   # What the data say of the links' numbers once the unknown window starts are accounted for:
   # the Schur complement of the starts' blocks (their prior included), in prior widths.
   n = found.size
