@@ -797,20 +797,19 @@ def sibling(out: Path, suffix: str) -> Path:
 # -- training ------------------------------------------------------------------------------------
 
 
-def host(tree: Any) -> Any:
-  """Replicated arrays as numpy: every process holds a whole copy (addressable_data(0))."""
-  return jax.tree.map(lambda x: np.asarray(x.addressable_data(0)), tree)
-
-
-def train(task: Task, config: Config, out: Path,
-          dist: distributed.Distributed | None = None) -> dict:
+def train(task: Task, config: Config, out: Path, dist: distributed.Distributed) -> dict:
   """PPO; with dist over several devices or processes, data-parallel over its mesh.
 
   Every process runs this; process 0 alone prints and writes the policy and the curve.
   """
-  parallel = dist is not None and dist.mesh.devices.size > 1
-  processes = 1 if dist is None else dist.process_count
-  leader = dist is None or dist.process_index == 0
+  parallel = dist.mesh.devices.size > 1
+  processes = dist.process_count
+  leader = dist.process_index == 0
+
+  def host(tree: Any) -> Any:
+    """Replicated arrays as numpy: every process holds them whole."""
+    return jax.tree.map(dist.local, tree)
+
   say = print if leader else (lambda *a, **k: None)
   nu = task.sim.nu
   key = jax.random.PRNGKey(config.seed)
@@ -818,7 +817,6 @@ def train(task: Task, config: Config, out: Path,
   state = init_train(k_train, nu)
   env = init_envs(task, config, k_env, dist)
   if parallel:
-    assert dist is not None
     # The same in every process (the same seed): replicated, never sent.
     state = dist.replicate(jax.tree.map(np.asarray, state))
   iteration = make_iteration(task, config, dist)
@@ -826,7 +824,7 @@ def train(task: Task, config: Config, out: Path,
   say(f"Go1 joystick PPO: {config.num_envs} envs x {config.unroll} steps per iteration, "
       f"{config.iterations} iterations, {task.sim.num_threads} physics threads"
       + (f" per process; data-parallel over {dist.mesh.devices.size} devices of {processes} "
-         f"process(es), {dist.num_local} envs here" if parallel and dist else ""))
+         f"process(es), {dist.num_local} envs here" if parallel else ""))
   series = ("iteration", "reward", "velocity_error", "forward_error", "falls", "seconds",
             "cpu_seconds", "env_steps_per_s")
   curve: dict[str, Any] = {"config": dataclasses.asdict(config), **{k: [] for k in series}}
@@ -843,7 +841,6 @@ def train(task: Task, config: Config, out: Path,
     key, sub = jax.random.split(key)
     t0, cpu0 = time.perf_counter(), time.process_time()
     if parallel:
-      assert dist is not None
       state, env, metrics = iteration(state, env, dist.replicate(np.asarray(sub)))
       metrics = host(metrics)  # waits for the iteration
     else:
@@ -1094,6 +1091,7 @@ def main(argv: list[str] | None = None) -> dict | int:
     config = Config(
       args.num_envs, args.unroll, args.iterations, args.episode_length, args.seed, args.minutes
     )
+    assert dist is not None  # made above whenever not --play
     return train(task, config, args.out, dist)
 
 
