@@ -22,9 +22,12 @@ from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
-import jax
-import mujoco
-import numpy as np
+# Videos render headless; the GL backend is chosen when mujoco is first imported.
+os.environ.setdefault("MUJOCO_GL", "egl")
+
+import jax  # noqa: E402
+import mujoco  # noqa: E402
+import numpy as np  # noqa: E402
 
 EXAMPLES = Path(__file__).resolve().parent
 RESULTS = EXAMPLES / "results"
@@ -32,6 +35,15 @@ RESULTS = EXAMPLES / "results"
 MODELS = EXAMPLES.parents[1] / "shared" / "models"
 G1_SCENE = MODELS / "unitree_g1" / "scene.xml"
 GO1_SCENE = MODELS / "unitree_go1" / "scene.xml"
+
+
+def robot_scene(path: "str | Path | None", name: str) -> Path:
+  """path, or the shared models' <name>/scene.xml; SystemExit saying where to get it if absent."""
+  scene = Path(path) if path else MODELS / name / "scene.xml"
+  if not scene.is_file():
+    raise SystemExit(f"no model at {scene}: pass --model PATH to {name}'s scene.xml (MuJoCo "
+                     f"Menagerie's {name}, expected in {MODELS})")
+  return scene
 
 
 # -- the command line ----------------------------------------------------------------------------
@@ -135,7 +147,7 @@ def save_result(path: Path, kind: str, arrays: dict[str, Any], meta: dict[str, A
   tmp = path.with_name(path.name + ".tmp.npz")
   values: dict[str, Any] = {key: np.asarray(value) for key, value in arrays.items()}
   values["__header__"] = np.array(json.dumps(header))
-  np.savez(tmp, **values)
+  np.savez_compressed(tmp, **values)
   tmp.replace(path)
   return path
 
@@ -219,6 +231,60 @@ def timed(*calls: tuple, repeats: int = 3) -> list[float]:
       jax.block_until_ready(fn(*args))
       times.append(time.process_time() - begin)
   return [float(np.min(t)) for t in spent]
+
+
+# -- receding horizon and replays ---------------------------------------------------------------
+
+
+def run_mpc(step: Callable, state: Any, plan: Any, seed: int, steps: int, every: int = 0,
+            report: Callable[[int, Any], str] | None = None
+            ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+  """Runs a control step (control.receding_horizon's) `steps` times from state and plan.
+
+  Returns the real system's states (steps + 1, nstate) and the wall and CPU seconds (all
+  threads) of each step; the first includes compilation. Every `every` steps it prints
+  report(k, state).
+  """
+  rows, wall, cpu = [np.asarray(state)], [], []
+  key = jax.random.PRNGKey(seed)
+  for k in range(steps):
+    begin, begin_cpu = time.perf_counter(), time.process_time()
+    state, plan, _ = jax.block_until_ready(step(state, plan, jax.random.fold_in(key, k)))
+    wall.append(time.perf_counter() - begin)
+    cpu.append(time.process_time() - begin_cpu)
+    rows.append(np.asarray(state))
+    if every and report is not None and (k % every == 0 or k == steps - 1):
+      print(f"step {k:4d}: {report(k, state)}", flush=True)
+  return np.array(rows), np.array(wall), np.array(cpu)
+
+
+def replay(params: Any, start: Any, ctrls: Any, nstep: int) -> np.ndarray:
+  """(T + 1, nstate) states of controls (T, nu) applied from the row start: one rollout call."""
+  from mjbatch_jax import functions
+
+  states, _ = functions.rollout(jax.numpy.asarray(start)[None], jax.numpy.asarray(ctrls)[None],
+                                params, nstep=nstep)
+  return np.concatenate([np.asarray(start)[None], np.asarray(states[0])])
+
+
+def plot_series(path: Path, t: np.ndarray, panels: dict[str, dict[str, np.ndarray]],
+                title: str = "", xlabel: str = "time (s)") -> None:
+  """One panel per ylabel, each with its labelled lines over t; skipped without matplotlib."""
+  plt = pyplot()
+  if plt is None:
+    return
+  fig, axes = plt.subplots(len(panels), 1, figsize=(8, 2.6 * len(panels)), sharex=True,
+                           squeeze=False)
+  for ax, (ylabel, lines) in zip(axes[:, 0], panels.items(), strict=True):
+    for label, y in lines.items():
+      ax.plot(t[: len(y)], y, label=label)
+    ax.set_ylabel(ylabel)
+    if len(lines) > 1:
+      ax.legend(fontsize=8)
+  axes[-1, 0].set_xlabel(xlabel)
+  if title:
+    fig.suptitle(title)
+  save_figure(fig, path)
 
 
 # -- plots and videos ----------------------------------------------------------------------------
