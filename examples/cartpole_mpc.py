@@ -26,6 +26,18 @@ def tilt(states, layout):
   return np.abs(np.mod(np.asarray(states)[..., layout.qpos][..., 1] + np.pi, 2 * np.pi) - np.pi)
 
 
+def make_planner(sim, method: str, samples: int = SAMPLES) -> control.Planner:
+  def residual(x, u, obs, t):  # upright (1 - cos = 2 sin(half)^2), centred, calm, effort
+    q, v = x[sim.layout.qpos], x[sim.layout.qvel]
+    return jnp.concatenate([2 * jnp.sin(q[1:] / 2), 0.4**0.5 * q[:1], 0.02**0.5 * v,
+                            0.02**0.5 * u])
+
+  cost = control.Cost(residual, (control.Term(4), control.Term(1, np.r_[np.ones(KNOTS), 0])))
+  settings = control.SamplingSettings(method, samples, KNOTS, noise=0.5, temperature=0.1,
+                                      num_elites=64)
+  return control.sampling(cost, sim.params(1), horizon=KNOTS, nstep=SUBSTEPS, settings=settings)
+
+
 def main(argv=None) -> dict:
   parser = argparse.ArgumentParser(description=__doc__)
   common.add_standard_args(parser, "cartpole_mpc")
@@ -45,16 +57,7 @@ def main(argv=None) -> dict:
       print(common.render(model, rows, args.out.with_suffix(".gif"), 25, azimuth=90, elevation=0))
       return summary
 
-    def residual(x, u, obs, t):  # upright (1 - cos = 2 sin(half)^2), centred, calm, effort
-      q, v = x[lay.qpos], x[lay.qvel]
-      return jnp.concatenate([2 * jnp.sin(q[1:] / 2), 0.4**0.5 * q[:1], 0.02**0.5 * v,
-                              0.02**0.5 * u])
-
-    cost = control.Cost(residual, (control.Term(4), control.Term(1, np.r_[np.ones(KNOTS), 0])))
-    settings = control.SamplingSettings(args.method, SAMPLES, KNOTS, noise=0.5, temperature=0.1,
-                                        num_elites=64)
-    planner = control.sampling(cost, sim.params(1), horizon=KNOTS, nstep=SUBSTEPS,
-                               settings=settings)
+    planner = make_planner(sim, args.method)
     step = control.receding_horizon(planner, sim.params(1))
     rows, seconds, _ = common.run_mpc(step, start, planner.init(), args.seed, args.steps, 25,
                                    lambda k, s: f"tilt {tilt(s, lay):.3f} rad")
