@@ -99,6 +99,15 @@ def add_standard_args(parser: argparse.ArgumentParser, name: str, threads: int =
   parser.set_defaults(result_name=name)
 
 
+def add_mpc_args(parser: argparse.ArgumentParser, steps: int, method: str = "predictive"
+                 ) -> None:
+  """--steps (control steps) and --method (control.sampling's) of a receding-horizon example."""
+  parser.add_argument("--steps", type=int_in(1, 10**6, "control steps"), default=steps,
+                      help=f"control steps (default {steps})")
+  parser.add_argument("--method", choices=("predictive", "mppi", "cem"), default=method,
+                      help=f"the sampling planner (default {method})")
+
+
 def parse(parser: argparse.ArgumentParser, argv: Sequence[str] | None = None) -> argparse.Namespace:
   """parser.parse_args, with args.out defaulting to RESULTS/<name>.npz."""
   args = parser.parse_args(argv)
@@ -265,6 +274,35 @@ def replay(params: Any, start: Any, ctrls: Any, nstep: int) -> np.ndarray:
   states, _ = functions.rollout(jax.numpy.asarray(start)[None], jax.numpy.asarray(ctrls)[None],
                                 params, nstep=nstep)
   return np.concatenate([np.asarray(start)[None], np.asarray(states[0])])
+
+
+def save_run(args: argparse.Namespace, kind: str, model: mujoco.MjModel, rows: np.ndarray,
+             summary: dict[str, Any]) -> dict[str, Any]:
+  """Saves a receding-horizon run's states (the applied controls are in their ctrl) at args.out,
+  prints the summary as the last line and returns it."""
+  save_result(args.out, kind, {"states": rows}, summary, model_fingerprint(model))
+  print(f"saved to {args.out}")
+  print_summary(summary)
+  return summary
+
+
+def play_run(args: argparse.Namespace, kind: str, model: mujoco.MjModel, sim: Any, start: Any,
+             nstep: int, series: dict[str, Callable[[np.ndarray], np.ndarray]],
+             **render_args: Any) -> dict[str, Any]:
+  """Replays a run saved by save_run from start: the gap to the saved states, a plot of each
+  series (a function of state rows) and of the controls, a GIF; returns its summary."""
+  saved, summary = load_result(args.out, kind, model_fingerprint(model), ("states",))
+  layout = sim.layout
+  rows = replay(sim.params(1), start, saved["states"][1:, layout.ctrl], nstep)
+  print(f"replay differs from the saved run by {np.abs(rows - saved['states']).max():.1e}")
+  t = nstep * model.opt.timestep * np.arange(len(rows))
+  panels = {name: {name: f(rows)} for name, f in series.items()}
+  panels["controls"] = {f"ctrl {i}": rows[1:, layout.ctrl][:, i] for i in range(model.nu)}
+  plot_series(args.out.with_suffix(".png"), t, panels)
+  print(render(model, rows, args.out.with_suffix(".gif"), 1 / (nstep * model.opt.timestep),
+               **render_args))
+  print_summary(summary)
+  return summary
 
 
 def plot_series(path: Path, t: np.ndarray, panels: dict[str, dict[str, np.ndarray]],

@@ -70,26 +70,18 @@ def main(argv=None) -> dict:
   parser = argparse.ArgumentParser(description="Go1 getting up by sampling MPC.")
   common.add_standard_args(parser, "go1_getup")
   parser.add_argument("--model", default=None, help="the Go1's scene.xml (default: shared models)")
-  parser.add_argument("--steps", type=common.int_in(1, 10**5, "control steps"), default=150)
   parser.add_argument("--samples", type=common.int_in(2, 10**6, "candidates"), default=128)
-  parser.add_argument("--method", choices=control.METHODS, default="predictive")
+  common.add_mpc_args(parser, steps=150)
   args = common.parse(parser, argv)
   model = mujoco.MjModel.from_xml_path(str(common.robot_scene(args.model, "unitree_go1")))
   home, period = model.key_qpos[0].copy(), NSTEP * model.opt.timestep
-  version = common.model_fingerprint(model, NSTEP, HEIGHT)
   with mjbatch_jax.Simulator(model, num_threads=args.threads) as sim:
     start = lying_state(sim, home)
     if args.play:
-      saved, summary = common.load_result(args.out, "go1_getup", version, ("states",))
-      rows = common.replay(sim.params(1), start, saved["states"][1:, sim.layout.ctrl], NSTEP)
-      print(f"replay differs from the saved run by {np.abs(rows - saved['states']).max():.1e}")
-      tilt, height = tilt_and_height(rows, sim.layout)
-      common.plot_series(args.out.with_suffix(".png"), period * np.arange(len(rows)), {
-        "trunk tilt (rad)": {"tilt": tilt}, "trunk height (m)": {"height": height}})
-      print(common.render(model, rows[::2], args.out.with_suffix(".gif"), fps=25,
-                          track_body="trunk", distance=1.2, geomgroups=(0, 1, 2)))
-      common.print_summary(summary)
-      return summary
+      return common.play_run(args, "go1_getup", model, sim, start, NSTEP, {
+        "trunk tilt (rad)": lambda r: tilt_and_height(r, sim.layout)[0],
+        "trunk height (m)": lambda r: tilt_and_height(r, sim.layout)[1]},
+        track_body="trunk", distance=1.2)
     settings = control.SamplingSettings(args.method, args.samples, KNOTS, "cubic", noise=0.15,
                                         num_elites=max(2, args.samples // 16), temperature=0.5)
     planner = control.sampling(getup_cost(sim, home), sim.params(1), horizon=HORIZON,
@@ -120,9 +112,7 @@ def main(argv=None) -> dict:
         f"{args.samples} x {HORIZON} x {NSTEP} physics steps) against a control period of "
         f"{period * 1e3:.0f} ms: real-time factor {period / planning:.3f} on "
         f"{sim.num_threads} threads")
-  common.save_result(args.out, "go1_getup", {"states": rows, "seconds": seconds}, summary, version)
-  common.print_summary(summary)
-  return summary
+  return common.save_run(args, "go1_getup", model, rows, summary)
 
 
 if __name__ == "__main__":
