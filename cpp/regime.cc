@@ -1,5 +1,6 @@
 #include "regime.h"
 
+#include <algorithm>
 #include <cstdint>
 
 #include <mujoco/mujoco.h>
@@ -64,6 +65,18 @@ uint64_t FoldRegime(const mjModel* m, const mjData* d, uint64_t hash) {
     }
   }
   hash = Mix(hash, clamped);
+  // The solver's path: an iterative solver stops on a tolerance, so a copy that takes another
+  // number of iterations (or line-search evaluations) ends off the nominal's smooth branch by
+  // the last update it did or did not take.
+  const int islands = std::max(1, std::min(d->nisland, mjNISLAND));
+  hash = Mix(hash, static_cast<uint64_t>(d->nisland));
+  for (int island = 0; island < islands; ++island) {
+    const int niter = d->solver_niter[island];
+    hash = Mix(hash, static_cast<uint64_t>(niter));
+    for (int i = 0; i < std::min(niter, mjNSOLVER); ++i) {
+      hash = Mix(hash, static_cast<uint64_t>(d->solver[island * mjNSOLVER + i].neval));
+    }
+  }
   // A simulation that diverged was reset: nothing near it is differentiable.
   for (int w : {mjWARN_BADQPOS, mjWARN_BADQVEL, mjWARN_BADQACC}) {
     hash = Mix(hash, static_cast<uint64_t>(d->warning[w].number));
