@@ -7,12 +7,12 @@ iLQR (control.ilqr, one iteration: the nominal rollout, one transition_fd call f
 one forward call for the cost's state Jacobians, the backward pass, the line search's step calls)
 on MODEL, knots of 10 physics steps, a cost that observes every body's position (hold the first
 keyframe's pose) and the controls; also with linearization="substeps" (mjd_transitionFD per
-physics step, chained). Its physics alone: the same custom calls on the same number of rows
-(transition_fd's rows as one rollout call, the forward call, the line search's step calls, the
-nominal rollout). The user's alternative: one iteration's physics in Python with MuJoCo's own
-functions on one thread, mujoco.mjd_transitionFD per substep (composed into each knot's A and
-B), mj_forward on each perturbed state, mj_step for every line-search row; its cost arithmetic
-and backward pass are not even counted.
+physics step, chained). Its physics alone: the same custom calls on the same inputs
+(transition_fd, the forward call, the line search's step calls, the nominal rollout). The
+user's alternative: one iteration's physics in Python with MuJoCo's own functions on one
+thread, mujoco.mjd_transitionFD per substep (composed into each knot's A and B), mj_forward on
+each perturbed state, mj_step for every line-search row; its cost arithmetic and backward pass
+are not even counted.
 
 Sampling (control.sampling, predictive sampling as examples/cartpole_mpc.py: SAMPLES candidates
 of 25 knots of 4 steps, one control step of control.receding_horizon) on the cart-pole. Its
@@ -91,14 +91,13 @@ def ilqr_cases(model: mujoco.MjModel, knots: int, threads: int) -> tuple[dict, d
   states, gains, ks = np.asarray(result.states), np.asarray(result.gains), np.asarray(
     result.feedforward)
 
-  # The same custom calls on as many rows, alone.
-  k = 1 + nx + nu
-  fd_rows = jnp.repeat(jnp.asarray(states[:-1]), k, axis=0)
-  fd_ctrls = jnp.repeat(ctrls, k, axis=0)[:, None]
+  # The same custom calls on the same rows, alone (transition_fd is one custom call and a
+  # reshape of its output).
   forward_rows = jnp.repeat(jnp.asarray(states), 1 + nx, axis=0)
-  p_fd, p_fwd, p_line, p_one = (sim.params(n) for n in (knots * k, (knots + 1) * (1 + nx), steps,
-                                                        1))
-  rollout_fd = jax.jit(lambda r, c: mjbatch_jax.rollout(r, c, p_fd, nstep=NSTEP)[0])
+  knot_states = jnp.asarray(states[:-1])
+  p_knots, p_fwd, p_line, p_one = (sim.params(n) for n in (knots, (knots + 1) * (1 + nx), steps,
+                                                           1))
+  transition_fd = jax.jit(lambda s, c: mjbatch_jax.transition_fd(s, c, p_knots, nstep=NSTEP))
   forward = jax.jit(lambda r: mjbatch_jax.forward(r, p_fwd, ("xpos",)))
 
   @jax.jit
@@ -156,14 +155,14 @@ def ilqr_cases(model: mujoco.MjModel, knots: int, threads: int) -> tuple[dict, d
   cases = {
     "iteration": lambda: jax.block_until_ready(iteration(start, ctrls)),
     "nominal rollout": lambda: jax.block_until_ready(nominal(start, ctrls)),
-    "transition_fd rows": lambda: jax.block_until_ready(rollout_fd(fd_rows, fd_ctrls)),
+    "transition_fd": lambda: jax.block_until_ready(transition_fd(knot_states, ctrls)),
     "forward": lambda: jax.block_until_ready(forward(forward_rows)),
     "line-search steps": lambda: jax.block_until_ready(line_search_steps(line_first, line_ctrls)),
     "python loop": python_iteration,
     "iteration, substeps": lambda: jax.block_until_ready(iteration_substeps(start, ctrls)),
   }
   info = {"knots": knots, "nstep": NSTEP, "nx": nx, "nu": nu, "line_search_rows": steps,
-          "physics": ["nominal rollout", "transition_fd rows", "forward", "line-search steps"]}
+          "physics": ["nominal rollout", "transition_fd", "forward", "line-search steps"]}
   return cases, info
 
 

@@ -419,7 +419,10 @@ def render(model: mujoco.MjModel, rows: np.ndarray, path: Path, fps: float, *,
       import imageio.v3 as iio  # pyright: ignore[reportMissingImports]
     except ImportError as e:
       return f"video: skipped ({len(frames)} frames rendered, no MP4 writer: {_first_line(e)})"
-    iio.imwrite(path, np.stack(frames), fps=fps)
+    try:
+      iio.imwrite(path, np.stack(frames), fps=fps)
+    except (OSError, ValueError) as e:  # imageio without an MP4 backend (imageio[ffmpeg])
+      return f"video: skipped ({len(frames)} frames rendered, no MP4 writer: {_first_line(e)})"
   else:
     from PIL import Image
 

@@ -52,9 +52,9 @@ def test_cartpole_mpc(tmp_path):
   played = run("cartpole_mpc.py", "--play", "--results", str(tmp_path))
   assert "replay differs from the saved run by 0.0e+00" in played
   assert (tmp_path / "cartpole_mpc.png").is_file()
-  # MPPI on the same task, a shorter run: upright is not yet reached, but the pole rises.
-  out = run("cartpole_mpc.py", "--method", "mppi", "--steps", "40", "--results", str(tmp_path))
-  assert summary(out)["final_tilt"] < 2.5
+  # MPPI on the same task swings it up as well (60 control steps: 2.4 s).
+  out = run("cartpole_mpc.py", "--method", "mppi", "--steps", "60", "--results", str(tmp_path))
+  assert summary(out)["final_tilt"] < 0.2
 
 
 def test_cartpole_swingup(tmp_path):
@@ -137,7 +137,6 @@ def test_arm_throw(tmp_path):
   # A candidate (its params row, set_const) equals an MjModel compiled with its morphology.
   assert result["compiled_error"] <= 1e-12
   assert result["compiled_error_without_set_const"] > 1e-3  # the derived constants matter
-  assert 0 < result["physics_share"] <= 2
   saved = np.load(tmp_path / "arm_throw.npz")
   assert saved["design"].shape == (12,) and np.all((saved["design"] >= 0) & (saved["design"] <= 1))
 
