@@ -370,3 +370,25 @@ def test_cem_and_mppi_updates_on_vectors():
                                    jnp.array(10.0), 100, -1.0, 1.0)
   assert draws.shape == (100, 2) and float(jnp.abs(draws).max()) <= 1.0
   np.testing.assert_array_equal(draws[0], [0.5, -0.5])
+
+
+def test_a_diverging_line_search_row_never_aborts_an_ilqr_iteration(point):
+  horizon = 5
+  layout = point.layout
+  # A target 1e9 m away with almost free controls: the full step asks for accelerations beyond
+  # MuJoCo's 1e10 limit, which resets those rows (a warning): only shorter steps count.
+  far = jnp.array([1e9, 0.0])
+
+  def residual(x, u, obs, t):
+    return jnp.concatenate([x[layout.qpos] - far, 1e-6 * u])
+
+  cost = control.Cost(residual, (control.Term(2), control.Term(2)))
+  result = control.ilqr(cost, point.params(1), point_start(point), jnp.zeros((horizon, 2)),
+                        iterations=1, settings=control.ILQRSettings(mu_init=0.0, mu_min=0.0))
+  costs = np.asarray(result.costs)
+  assert float(np.abs(np.asarray(result.feedforward)).max()) > 1e11  # a full step diverges
+  assert np.isfinite(costs[1]) and costs[1] < costs[0]  # a shorter step was accepted
+  assert float(np.abs(np.asarray(result.ctrls)).max()) < 1e10  # not the diverging full step
+  states, _, warnings = mjbatch_jax.rollout(point_start(point)[None], result.ctrls[None],
+                                            point.params(1), return_warnings=True)
+  assert int(warnings.sum()) == 0
