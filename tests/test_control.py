@@ -392,3 +392,30 @@ def test_a_diverging_line_search_row_never_aborts_an_ilqr_iteration(point):
   states, _, warnings = mjbatch_jax.rollout(point_start(point)[None], result.ctrls[None],
                                             point.params(1), return_warnings=True)
   assert int(warnings.sum()) == 0
+
+
+def test_sampling_with_observations_and_per_candidate_params(point):
+  horizon, samples = 8, 16
+  target = jnp.array([0.5, -0.2, 0.0])
+
+  def residual(x, u, obs, t):
+    return jnp.concatenate([obs["xpos"][1] - target, 0.1 * u])
+
+  cost = control.Cost(residual, (control.Term(3, 10.0), control.Term(2)), observe=("xpos",))
+  masses = mjbatch_jax.randomize(jax.random.PRNGKey(0), point.params(samples, ("body_mass",)),
+                                 scale={"body_mass": (0.5, 2.0)})
+  settings = control.SamplingSettings("predictive", samples, 4, noise=0.5)
+  planner = control.sampling(cost, masses, horizon=horizon, settings=settings)
+  plan, info = planner.update(planner.init(), point_start(point), jax.random.PRNGKey(1))
+  # The plan's own cost, by hand: candidate 0 with the first candidate's params.
+  ctrls = planner.controls(planner.init())
+  first = masses.replace({"body_mass": masses["body_mass"][:1]})
+  states, _, obs = mjbatch_jax.rollout(point_start(point)[None], ctrls[None], first,
+                                       observe=("xpos",))
+  xpos = np.concatenate([np.asarray(mjbatch_jax.forward(point_start(point)[None], first,
+                                                        ("xpos",))["xpos"]), obs["xpos"][0]])
+  held = np.concatenate([ctrls, ctrls[-1:]])
+  r = np.concatenate([xpos[:, 1] - np.asarray(target), 0.1 * held], axis=1)
+  expected = 10.0 * 0.5 * np.sum(r[:, :3] ** 2) + 0.5 * np.sum(r[:, 3:] ** 2)
+  assert float(info.nominal_cost) == pytest.approx(expected, rel=1e-12)
+  assert float(info.cost) <= float(info.nominal_cost)

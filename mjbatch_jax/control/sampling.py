@@ -253,15 +253,15 @@ def _update(cost, w, params, start, plan, key, lo, hi, interp, spread, floor, ns
   k = settings.num_samples
   p = pl.rows(params, k)
   starts = jnp.broadcast_to(start, (k, start.shape[-1]))
-  obs0 = fn.forward(start[None], pl.rows(params, 1), cost.observe) if cost.observe else {}
+  # The start's fields, per candidate: its own params may change them (a randomised body_pos).
+  obs0 = fn.forward(starts, p, cost.observe) if cost.observe else {}
 
   def evaluate(candidates):
     ctrls = jnp.clip(jnp.einsum("tp,kpu->ktu", interp, candidates), lo, hi)
     if cost.observe:
       states, _, obs, warnings = fn.rollout(starts, ctrls, p, nstep=nstep, observe=cost.observe,
                                             return_warnings=True)
-      obs = {f: jnp.concatenate([jnp.broadcast_to(obs0[f], (k, 1, *v.shape[2:])), v], axis=1)
-             for f, v in obs.items()}
+      obs = {f: jnp.concatenate([obs0[f][:, None], v], axis=1) for f, v in obs.items()}
     else:
       states, _, warnings = fn.rollout(starts, ctrls, p, nstep=nstep, return_warnings=True)
       obs = {}
