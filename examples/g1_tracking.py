@@ -289,7 +289,7 @@ def play(args) -> dict:
   print(f"replay differs from the saved plan by {float(np.max(np.abs(qpos - saved['qpos']))):.1e}")
   plt = common.pyplot()
   if plt is not None:
-    fig, axes = plt.subplots(2, 1, figsize=(9, 7), sharex=True)
+    fig, axes = plt.subplots(2, 1, figsize=(9, 7))
     t = FRAME_DT * np.arange(len(qpos))
     axes[0].plot(saved["costs"], "o-")
     axes[0].set(yscale="log", xlabel="iLQR iteration", ylabel="cost")
