@@ -288,9 +288,10 @@ def save_run(args: argparse.Namespace, kind: str, model: mujoco.MjModel, rows: n
 
 def play_run(args: argparse.Namespace, kind: str, model: mujoco.MjModel, sim: Any, start: Any,
              nstep: int, series: dict[str, Callable[[np.ndarray], np.ndarray]],
-             **render_args: Any) -> dict[str, Any]:
+             every: int = 1, **render_args: Any) -> dict[str, Any]:
   """Replays a run saved by save_run from start: the gap to the saved states, a plot of each
-  series (a function of state rows) and of the controls, a GIF; returns its summary."""
+  series (a function of state rows) and of the controls, a GIF of every `every`-th state;
+  returns its summary."""
   saved, summary = load_result(args.out, kind, model_fingerprint(model), ("states",))
   layout = sim.layout
   rows = replay(sim.params(1), start, saved["states"][1:, layout.ctrl], nstep)
@@ -299,8 +300,8 @@ def play_run(args: argparse.Namespace, kind: str, model: mujoco.MjModel, sim: An
   panels = {name: {name: f(rows)} for name, f in series.items()}
   panels["controls"] = {f"ctrl {i}": rows[1:, layout.ctrl][:, i] for i in range(model.nu)}
   plot_series(args.out.with_suffix(".png"), t, panels)
-  print(render(model, rows, args.out.with_suffix(".gif"), 1 / (nstep * model.opt.timestep),
-               **render_args))
+  print(render(model, rows[::every], args.out.with_suffix(".gif"),
+               1 / (every * nstep * model.opt.timestep), **render_args))
   print_summary(summary)
   return summary
 

@@ -82,7 +82,7 @@ def main(argv=None) -> dict:
       return common.play_run(args, "go1_getup", model, sim, start, NSTEP, {
         "trunk tilt (rad)": lambda r: tilt_and_height(r, sim.layout)[0],
         "trunk height (m)": lambda r: tilt_and_height(r, sim.layout)[1]},
-        track_body="trunk", distance=1.2)
+        every=3, track_body="trunk", distance=1.2)
     settings = control.SamplingSettings(args.method, args.samples, KNOTS, "cubic", noise=0.15,
                                         num_elites=max(2, args.samples // 16), temperature=0.5)
     planner = control.sampling(getup_cost(sim, home), sim.params(1), horizon=HORIZON,
