@@ -193,15 +193,15 @@ def forward(
   subtree_linvel and subtree_angmom (mj_subtreeVel), cacc, cfrc_int and cfrc_ext
   (mj_rnePostConstraint), qfrc_inverse (mj_inverse, at mj_forward's qacc); a field that only
   mj_step computes (qHDiagInv) is refused. Differentiable w.r.t. the rows' qpos, qvel, act and
-  ctrl and the params leaves, as `step` is, by differences in the arrays' dtype.
+  ctrl and the params leaves, as `step` is: float64 copies in the engine, regime-checked.
 
   Args:
     state: (..., nstate) rows.
     params: from Simulator.params.
     fields: floating-point mjData arrays of fixed size ("xpos", "site_xpos", "sensordata",
       "qacc", "actuator_force", ...).
-    eps: the finite-difference step of derivatives (default 1e-6 with float64 arrays, 1e-3 with
-      float32: these differences are taken on rows of the arrays' dtype).
+    eps: the finite-difference step of derivatives (default 1e-6, on float64 rows whatever the
+      arrays' dtype; positions centred, as for `step`).
 
   Returns:
     A dict from field name to its values.
