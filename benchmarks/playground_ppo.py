@@ -37,14 +37,20 @@ class _BudgetSpent(Exception):
 def train_one(name: str, physics: str, budget: float, iterations_per_eval: int,
               seed: int) -> dict[str, Any]:
   """One PPO run; the curve up to the first evaluation after budget seconds."""
+  import importlib
+
   import jax
-  from brax.training.agents.ppo import networks as ppo_networks
-  from brax.training.agents.ppo import train as ppo
-  from mujoco_playground import registry
-  from mujoco_playground._src import wrapper
-  from mujoco_playground.config import dm_control_suite_params, locomotion_params
 
   from mjbatch_jax.envs import playground
+
+  # By name: Brax and Playground are the optional playground extra.
+  ppo_networks = importlib.import_module("brax.training.agents.ppo.networks")
+  ppo = importlib.import_module("brax.training.agents.ppo.train")
+  registry = importlib.import_module("mujoco_playground").registry
+  wrapper = importlib.import_module("mujoco_playground._src.wrapper")
+  dm_control_suite_params = importlib.import_module(
+    "mujoco_playground.config.dm_control_suite_params")
+  locomotion_params = importlib.import_module("mujoco_playground.config.locomotion_params")
 
   playground.brax_jax_compat()
   start_wall, start_cpu = time.monotonic(), time.process_time()
@@ -95,7 +101,7 @@ def train_one(name: str, physics: str, budget: float, iterations_per_eval: int,
 
 
 def main() -> None:
-  parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+  parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
   parser.add_argument("--envs", default="CartpoleBalance,Go1JoystickFlatTerrain")
   parser.add_argument("--budget", default="600,900",
                       help="wall-clock seconds per run, one for all envs or one per env")
@@ -126,10 +132,10 @@ def main() -> None:
                  "--budget", str(budget), "--iterations-per-eval", str(args.iterations_per_eval),
                  "--seed", str(args.seed)]
       out = subprocess.run(command, capture_output=True, text=True)
-      lines = [line for line in out.stdout.splitlines() if line.startswith("RESULT ")]
+      lines = [line for line in (out.stdout or "").splitlines() if line.startswith("RESULT ")]
       print(out.stdout.replace("RESULT ", "")[-2000:] if not lines else "", end="")
       if out.returncode != 0 or not lines:
-        print(out.stderr[-4000:], file=sys.stderr)
+        print((out.stderr or "")[-4000:], file=sys.stderr)
         raise SystemExit(f"{name} on {p} failed")
       runs.append(json.loads(lines[-1][len("RESULT "):]))
       last = runs[-1]["curve"][-1]

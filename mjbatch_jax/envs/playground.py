@@ -12,7 +12,7 @@ env runs unchanged on native, multi-threaded MuJoCo, bit for bit what `mj_step` 
   state = jax.jit(jax.vmap(env.step))(state, jnp.zeros((1024, env.action_size)))
 
 How it is done, per env (two envs of different models work side by side):
-- The env's class is subclassed with copies of its methods (those of its Playground classes)
+- The env's class is subclassed with copies of its methods (of every class it derives from)
   whose module globals see `mjx_env` and `mjx` through proxies with our make_data, step and
   forward; nothing of Playground or MJX is patched.
 - The mjData fields the env reads are found once, by tracing reset and step abstractly with a
@@ -38,6 +38,7 @@ import contextlib
 import dataclasses
 import difflib
 import functools
+import importlib
 import os
 import struct
 import tempfile
@@ -45,12 +46,13 @@ import types
 import warnings
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import jax
 import jax.numpy as jnp
 import mujoco
 import numpy as np
+from jax.core import Tracer
 
 from mjbatch_jax import functions
 from mjbatch_jax.envs.state import Data, RowLayout
@@ -72,10 +74,10 @@ _WHY_UNSUPPORTED = (
 
 def _playground() -> tuple[Any, Any, Any]:
   """(registry, mjx_env, mjx) of MuJoCo Playground; ImportError with the install hint."""
-  try:
-    from mujoco import mjx
-    from mujoco_playground import registry
-    from mujoco_playground._src import mjx_env
+  try:  # by name: the extra is optional, for the type checker too
+    mjx = importlib.import_module("mujoco.mjx")
+    registry = importlib.import_module("mujoco_playground").registry
+    mjx_env = importlib.import_module("mujoco_playground._src.mjx_env")
   except ImportError as e:
     raise ImportError(f"{INSTALL_HINT} ({e})") from e
   return registry, mjx_env, mjx
@@ -93,7 +95,7 @@ class PlaygroundData(Data):
   __slots__ = ("_recorder",)
 
   def __init__(self, row, warnings, fields, layout, recorder=None):
-    super().__init__(row, None, warnings, fields, layout)
+    super().__init__(row, cast(Any, None), warnings, fields, layout)
     self._recorder = recorder
 
   def __getattr__(self, name: str) -> Any:
@@ -128,7 +130,8 @@ class PlaygroundData(Data):
         fields[name] = value
       else:
         row_changes[name] = value
-    new = Data.replace(Data(self.row, None, self.warnings, {}, self._layout), **row_changes)
+    bare = Data(self.row, cast(Any, None), self.warnings, {}, self._layout)
+    new = bare.replace(**row_changes)
     return PlaygroundData(new.row, new.warnings, fields, self._layout, self._recorder)
 
   def tree_flatten(self) -> tuple[tuple[Any, ...], tuple[Any, ...]]:
@@ -150,8 +153,7 @@ def _is_mjx_field(name: str) -> bool:
 @functools.cache
 def _mjx_field_names() -> frozenset[str]:
   """Every field name of mjx.Data and of its implementation part (contacts, efc arrays, ...)."""
-  from mujoco.mjx._src import types as mjx_types
-
+  mjx_types = importlib.import_module("mujoco.mjx._src.types")
   names = {f.name for f in dataclasses.fields(mjx_types.Data)}
   for cls in vars(mjx_types).values():
     if isinstance(cls, type) and cls.__name__.startswith("DataJAX"):
@@ -271,7 +273,7 @@ class _Physics:
       default = get(self.default_model)
       if leaf is default:
         continue
-      if isinstance(leaf, jax.core.Tracer) or not np.array_equal(np.asarray(leaf),
+      if isinstance(leaf, Tracer) or not np.array_equal(np.asarray(leaf),
                                                                  np.asarray(default)):
         varied.append((name, leaf))
     names = tuple(name for name, _ in varied)
@@ -441,7 +443,7 @@ class _Wrapped:
 
 
 def _subclass(cls: type, physics: _Physics) -> type:
-  """cls with its Playground methods rebound to module globals that see this env's physics.
+  """cls with its methods rebound to module globals that see this env's physics.
 
   Each module's globals are copied once per env, with the modules `mjx_env` and `mjx` (under
   whatever names the module gave them) replaced by proxies whose make_data, step and forward are
@@ -469,8 +471,6 @@ def _subclass(cls: type, physics: _Physics) -> type:
     return copies[id(real)]
 
   def rebind(fn: types.FunctionType) -> types.FunctionType:
-    if not fn.__module__ or not fn.__module__.startswith("mujoco_playground"):
-      return fn
     new = types.FunctionType(fn.__code__, globals_for(fn.__globals__), fn.__name__,
                              fn.__defaults__, fn.__closure__)
     new.__kwdefaults__ = fn.__kwdefaults__
@@ -482,19 +482,23 @@ def _subclass(cls: type, physics: _Physics) -> type:
     if isinstance(value, types.FunctionType):
       return rebind(value)
     if isinstance(value, property):
-      parts = [rebind(f) if isinstance(f, types.FunctionType) else f
-               for f in (value.fget, value.fset, value.fdel)]
-      return property(*parts, doc=value.__doc__)
+      parts: list[Any] = [rebind(f) if isinstance(f, types.FunctionType) else f
+                          for f in (value.fget, value.fset, value.fdel)]
+      return property(parts[0], parts[1], parts[2], doc=value.__doc__)
     if isinstance(value, (staticmethod, classmethod)) and isinstance(value.__func__,
                                                                       types.FunctionType):
       return type(value)(rebind(value.__func__))
     return None
 
   namespace: dict[str, Any] = {}
-  for base in reversed(cls.__mro__):
-    if not base.__module__.startswith("mujoco_playground"):
+  seen: set[str] = set()
+  for base in cls.__mro__:  # each name as the class resolves it: from the first class with it
+    if base.__module__ in ("builtins", "abc"):
       continue
     for name, value in vars(base).items():
+      if name in seen:
+        continue
+      seen.add(name)
       rebound = rebind_attribute(value)
       if rebound is not None:
         namespace[name] = rebound
@@ -653,11 +657,10 @@ def _meshes_playground_names() -> dict[str, set[str]]:
   """Menagerie mesh files Playground's XMLs name, by robot folder."""
   import re
 
-  import mujoco_playground
-
+  mujoco_playground = importlib.import_module("mujoco_playground")
   pattern = re.compile(r'file="[^"]*mujoco_menagerie/([^/"]+)/assets/([^"/]+)"')
   out: dict[str, set[str]] = {}
-  for xml in Path(mujoco_playground.__file__).parent.rglob("*.xml"):
+  for xml in Path(str(mujoco_playground.__file__)).parent.rglob("*.xml"):
     for robot, file_name in pattern.findall(xml.read_text(errors="replace")):
       out.setdefault(robot, set()).add(file_name)
   return out
