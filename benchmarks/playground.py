@@ -14,6 +14,7 @@ lax.scan, on mjbatch_jax (`envs.playground.wrap`) and on MJX (`load_mjx`, impl "
 
   python benchmarks/playground.py                      # the default envs, N=256
   python benchmarks/playground.py --envs CartpoleBalance,Go1JoystickFlatTerrain --num-envs 1024
+  python benchmarks/playground.py --merge benchmarks/results/playground-*.json   # one table
 """
 
 import argparse
@@ -48,14 +49,15 @@ def _max_diff(a: Any, b: Any) -> float:
 
 
 def _scan(env: Any) -> Any:
-  """(state, actions (T, N, nu)) -> (state after T steps, per-step obs, reward, done, q)."""
+  """(state, actions (T, N, nu)) -> (state after T steps, per-step (obs, reward, done, q, ctrl)),
+  q being qpos and qvel, ctrl the controls the env gave its physics (its action, mapped)."""
   import jax
   import jax.numpy as jnp
 
   def one(state, action):
     state = jax.vmap(env.step)(state, action)
     q = jnp.concatenate([state.data.qpos, state.data.qvel], axis=-1)
-    return state, (state.obs, state.reward, state.done, q)
+    return state, (state.obs, state.reward, state.done, q, state.data.ctrl)
 
   return lambda state, actions: jax.lax.scan(one, state, actions)
 
@@ -71,19 +73,22 @@ def _compiled(env: Any, keys: Any, actions: Any) -> tuple[Any, Any, float]:
   return state, scan, time.perf_counter() - start
 
 
-def _mujoco_c(env: Any, rows: Any, actions: Any) -> Any:
-  """qpos and qvel after each control step of mj_step on one MjData per env, (T, N, nq + nv)."""
+def _mujoco_c(env: Any, rows: Any, ctrls: Any) -> Any:
+  """qpos and qvel after each control step of mj_step on one MjData per env, (T, N, nq + nv),
+  from the envs' first rows with the controls the env gave its physics. (An env that also
+  changes qpos or qvel between steps, a push say, is not followed: none does within these
+  steps.)"""
   import mujoco
   import numpy as np
 
   model = env.mj_model
   data = mujoco.MjData(model)
-  actions = np.asarray(actions, np.float64)
-  out = np.zeros((actions.shape[0], actions.shape[1], model.nq + model.nv))
+  ctrls = np.asarray(ctrls, np.float64)
+  out = np.zeros((ctrls.shape[0], ctrls.shape[1], model.nq + model.nv))
   for i, row in enumerate(np.asarray(rows, np.float64)):
     mujoco.mj_setState(model, data, row, mujoco.mjtState.mjSTATE_INTEGRATION)
-    for t in range(actions.shape[0]):
-      data.ctrl[:] = actions[t, i]
+    for t in range(ctrls.shape[0]):
+      data.ctrl[:] = ctrls[t, i]
       for _ in range(env.n_substeps):
         mujoco.mj_step(model, data)
       out[t, i, : model.nq], out[t, i, model.nq :] = data.qpos, data.qvel
@@ -133,8 +138,9 @@ def measure(name: str, num_envs: int, steps: int, repeats: int, parity_envs: int
     return out
 
   # The env's own settings: ours and MJX against each other and against MuJoCo C.
-  (obs, reward, done, q), (mjx_obs, mjx_reward, mjx_done, mjx_q) = results["ours"], results["mjx"]
-  c = _mujoco_c(ours_env, first["ours"].data.row, actions)
+  (obs, reward, done, q, ctrl), (mjx_obs, mjx_reward, mjx_done, mjx_q, _) = (
+    results["ours"], results["mjx"])
+  c = _mujoco_c(ours_env, first["ours"].data.row, ctrl)
   out["default"] = {
     "obs": _max_diff(obs, mjx_obs), "reward": _max_diff(reward, mjx_reward),
     "qpos_qvel": _max_diff(q, mjx_q), "ours_vs_mujoco_c": _max_diff(q, c),
@@ -158,7 +164,8 @@ def measure(name: str, num_envs: int, steps: int, repeats: int, parity_envs: int
   for side, env in sides.items():
     state, scan, _ = _compiled(env, keys, actions)
     got[side] = (state, scan(state, actions)[1])
-  (obs, reward, done, q), (mjx_obs, mjx_reward, mjx_done, mjx_q) = got["ours"][1], got["mjx"][1]
+  (obs, reward, done, q, _), (mjx_obs, mjx_reward, mjx_done, mjx_q, _) = (
+    got["ours"][1], got["mjx"][1])
   out["converged"] = {
     "solver": _solver(converged.mj_model), "num_envs": parity_envs,
     "obs": _max_diff(obs, mjx_obs), "reward": _max_diff(reward, mjx_reward),
@@ -219,8 +226,13 @@ def main() -> None:
   parser.add_argument("--seed", type=int, default=0)
   parser.add_argument("--one", action="store_true", help="internal: one env, result to stdout")
   parser.add_argument("--float32", action="store_true", help="internal: with --one, float32")
+  parser.add_argument("--merge", type=Path, nargs="+",
+                      help="print the table of these results files' rows and plot them as one")
   parser.add_argument("--out", type=Path, default=RESULTS)
   args = parser.parse_args()
+  if args.merge:
+    merge(args.merge, args.out)
+    return
   if args.one:
     warnings.simplefilter("ignore")
     result = measure(args.envs, args.num_envs, args.steps, args.repeats, args.parity_envs,
@@ -246,6 +258,26 @@ def main() -> None:
   for row in rows:
     print(table_line(row))
   plot(rows, path.with_suffix(".png"))
+
+
+def merge(paths: list[Path], out: Path) -> None:
+  """The rows of several runs (the same env's last row wins) as one table, JSON and plot."""
+  rows: dict[str, dict[str, Any]] = {}
+  sources = []
+  for path in paths:
+    result = json.loads(path.read_text())
+    sources.append({"file": path.name, "machine": result["machine"], "args": result["args"]})
+    for row in result["rows"]:
+      if row["env"] in rows and "float32" in rows[row["env"]] and "float32" not in row:
+        row = {**row, "float32": rows[row["env"]]["float32"]}
+      rows[row["env"]] = row
+  merged = {"sources": sources, "converged_solver": CONVERGED, "tolerance": TOLERANCE,
+            "rows": list(rows.values())}
+  path = write_result(out, "playground-merged", merged)
+  print(TABLE_HEADER)
+  for row in merged["rows"]:
+    print(table_line(row))
+  plot(merged["rows"], path.with_suffix(".png"))
 
 
 TABLE_HEADER = (

@@ -1,17 +1,20 @@
 """Brax's PPO on MuJoCo Playground's own envs, on mjbatch_jax and on MJX, for the same wall clock.
 
 Each run trains one env on one physics in a fresh process with Playground's own PPO config for
-that env (`mujoco_playground.config.*_params.brax_ppo_config`, as Playground's train_jax_ppo.py
-passes it to `brax.training.agents.ppo.train`: networks, wrap_env_fn, episode length), changed
-only in the number of evaluations: evaluations come every `--iterations-per-eval` PPO
-iterations (dm_control envs: x its num_resets_per_eval), and a run stops at the first evaluation
-after `--budget` seconds of wall clock, compile time included. Float32, as Playground trains.
+that env (`mujoco_playground.config.*_params.brax_ppo_config`, passed to
+`brax.training.agents.ppo.train` as Playground's train_jax_ppo.py does: its networks, its
+wrap_env_fn, its learning rate, discount, entropy cost, reward scaling, episode length), scaled
+for a CPU by --cpu-scale (the default): 256 envs, batch 256 x 8 minibatches, 4 updates per
+batch and an evaluation every --iterations-per-eval iterations (Playground's GPU sizes: 2048 or
+8192 envs, batch 1024 or 256 x 32 minibatches, 16 or 4 updates, which on 2 CPU cores spend
+minutes of SGD per iteration). A run stops at the first evaluation after --budget seconds of
+wall clock, compile time included. Float32, as Playground trains.
 
 Reported per run: the eval reward against wall seconds, process CPU seconds and env steps, and
 the time to the first evaluation (compile); a plot of the curves, ours beside MJX's.
 
   python benchmarks/playground_ppo.py --envs CartpoleBalance,Go1JoystickFlatTerrain \
-      --budget 600,900
+      --budget 600,600
 """
 
 import argparse
@@ -34,8 +37,13 @@ class _BudgetSpent(Exception):
   pass
 
 
+# What --cpu-scale changes in Playground's config.
+CPU_SCALE = {"num_envs": 256, "batch_size": 256, "num_minibatches": 8,
+             "num_updates_per_batch": 4, "num_resets_per_eval": 0}
+
+
 def train_one(name: str, physics: str, budget: float, iterations_per_eval: int,
-              seed: int) -> dict[str, Any]:
+              seed: int, cpu_scale: bool) -> dict[str, Any]:
   """One PPO run; the curve up to the first evaluation after budget seconds."""
   import importlib
 
@@ -66,6 +74,9 @@ def train_one(name: str, physics: str, budget: float, iterations_per_eval: int,
   network_factory = (functools.partial(ppo_networks.make_ppo_networks, **network) if network
                      else ppo_networks.make_ppo_networks)
   num_eval_envs = params.pop("num_eval_envs", 128)
+  playground_config = dict(params)
+  if cpu_scale:
+    params.update(CPU_SCALE)
   # Evaluations every iterations_per_eval PPO iterations (times the resets per evaluation, which
   # Brax runs between two evaluations), and so many of them that the budget ends the run.
   steps_per_iteration = (params["batch_size"] * params["num_minibatches"]
@@ -81,7 +92,7 @@ def train_one(name: str, physics: str, budget: float, iterations_per_eval: int,
     reward = float(metrics["eval/episode_reward"])
     curve.append({"wall_s": wall, "cpu_s": cpu, "env_steps": int(step), "eval_reward": reward})
     print(f"{name} {physics}: {wall:7.1f} s  {int(step):>11,} steps  reward {reward:8.2f}",
-          flush=True)
+          file=sys.stderr, flush=True)  # stderr: the parent passes it through as it comes
     if wall > budget:
       raise _BudgetSpent
 
@@ -95,6 +106,9 @@ def train_one(name: str, physics: str, budget: float, iterations_per_eval: int,
     "env": name, "physics": physics, "budget_s": budget, "seed": seed,
     "iterations_per_eval": iterations_per_eval, "env_steps_per_iteration": steps_per_iteration,
     "ppo_config": {k: v for k, v in params.items() if isinstance(v, (int, float, str, bool))},
+    "playground_config": {k: v for k, v in playground_config.items()
+                          if isinstance(v, (int, float, str, bool))},
+    "cpu_scale": CPU_SCALE if cpu_scale else None,
     "network": network, "num_eval_envs": num_eval_envs, "jax": jax.__version__,
     "first_eval_s": curve[0]["wall_s"] if curve else None, "curve": curve,
   }
@@ -103,10 +117,12 @@ def train_one(name: str, physics: str, budget: float, iterations_per_eval: int,
 def main() -> None:
   parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
   parser.add_argument("--envs", default="CartpoleBalance,Go1JoystickFlatTerrain")
-  parser.add_argument("--budget", default="600,900",
+  parser.add_argument("--budget", default="600,600",
                       help="wall-clock seconds per run, one for all envs or one per env")
   parser.add_argument("--physics", default=",".join(PHYSICS))
-  parser.add_argument("--iterations-per-eval", type=int, default=1)
+  parser.add_argument("--iterations-per-eval", type=int, default=2)
+  parser.add_argument("--playground-sizes", action="store_true",
+                      help="Playground's own (GPU) sizes instead of --cpu-scale's")
   parser.add_argument("--seed", type=int, default=0)
   parser.add_argument("--one", action="store_true", help="internal: a single run, JSON to stdout")
   parser.add_argument("--out", type=Path, default=RESULTS)
@@ -122,7 +138,8 @@ def main() -> None:
     if p not in PHYSICS:
       parser.error(f"--physics takes {PHYSICS}, got {p!r}")
   if args.one:
-    run = train_one(names[0], physics[0], budgets[0], args.iterations_per_eval, args.seed)
+    run = train_one(names[0], physics[0], budgets[0], args.iterations_per_eval, args.seed,
+                    not args.playground_sizes)
     print("RESULT " + json.dumps(run))
     return
   runs = []
@@ -130,12 +147,11 @@ def main() -> None:
     for p in physics:  # each run in a fresh process: no compile cache, no memory carried over
       command = [sys.executable, __file__, "--one", "--envs", name, "--physics", p,
                  "--budget", str(budget), "--iterations-per-eval", str(args.iterations_per_eval),
-                 "--seed", str(args.seed)]
-      out = subprocess.run(command, capture_output=True, text=True)
+                 "--seed", str(args.seed)] + (["--playground-sizes"] if args.playground_sizes
+                                              else [])
+      out = subprocess.run(command, stdout=subprocess.PIPE, text=True)  # stderr: as it comes
       lines = [line for line in (out.stdout or "").splitlines() if line.startswith("RESULT ")]
-      print(out.stdout.replace("RESULT ", "")[-2000:] if not lines else "", end="")
       if out.returncode != 0 or not lines:
-        print((out.stderr or "")[-4000:], file=sys.stderr)
         raise SystemExit(f"{name} on {p} failed")
       runs.append(json.loads(lines[-1][len("RESULT "):]))
       last = runs[-1]["curve"][-1]

@@ -110,29 +110,23 @@ def test_cartpole_equals_mjx_with_a_converged_solver():
   assert_equal_to_mjx(run(ours, keys, acts), run(theirs, keys, acts))
 
 
-def test_go1_joystick_equals_mjx_with_a_converged_solver(go1):
-  ours = playground.wrap(go1)
-  assert set(ours.observed_fields) >= {"sensordata", "site_xpos", "site_xmat"}
-  keys = jax.random.split(jax.random.PRNGKey(2), N)
-  acts = actions(ours, seed=2)
-  states = run(ours, keys, acts)
-  assert_equal_to_mjx(states, run(go1, keys, acts))
-  # xmat-like fields come in MJX's (n, 3, 3).
-  assert states[-1].data.site_xmat.shape == (N, go1.mj_model.nsite, 3, 3)
-
-
-def test_go1_with_playgrounds_randomiser_equals_mjx(go1):
-  """Playground's own Go1 domain randomiser and its wrapper, which swaps each env's model."""
+def test_go1_joystick_with_playgrounds_randomiser_equals_mjx(go1):
+  """A locomotion env with Playground's own Go1 domain randomiser and its wrapper (which swaps
+  each env's model), equal to MJX with a converged solver. One MJX Go1 compile: the test that
+  costs most here."""
   randomize = registry.get_domain_randomizer("Go1JoystickFlatTerrain")
   assert randomize is not None
   keys = jax.random.split(jax.random.PRNGKey(3), N)
   randomizer = lambda model: randomize(model, jax.random.split(jax.random.PRNGKey(4), N))  # noqa: E731
   ours = playground.wrap(go1)
+  assert set(ours.observed_fields) >= {"sensordata", "site_xpos", "site_xmat"}
   ours_batched = pg_wrapper.BraxDomainRandomizationVmapWrapper(ours, randomizer)
   their_batched = pg_wrapper.BraxDomainRandomizationVmapWrapper(go1, randomizer)
   acts = actions(ours, seed=3)
   states = run(ours, keys, acts, ours_batched)
   assert_equal_to_mjx(states, run(go1, keys, acts, their_batched))
+  # xmat-like fields come in MJX's (n, 3, 3).
+  assert states[-1].data.site_xmat.shape == (N, go1.mj_model.nsite, 3, 3)
   # The randomised fields reached our physics: the envs differ from an unrandomised run.
   plain = run(ours, keys, acts)
   assert max_diff(states[-1].data.qpos, plain[-1].data.qpos) > 1e-6
@@ -243,3 +237,22 @@ def test_bad_envs_and_paths_raise():
 def test_a_config_override_is_honoured():
   env = playground.load("CartpoleBalance", config_overrides={"ctrl_dt": 0.02, "sim_dt": 0.01})
   assert env.n_substeps == 2 and env.mjbatch_jax_sim.model.opt.timestep == 0.01
+
+
+def test_brax_ppo_trains_a_playground_env_on_our_physics():
+  """Brax's PPO through Playground's own training wrappers (auto-reset of our data included),
+  tiny sizes; benchmarks/playground_ppo.py runs the real thing."""
+  ppo = pytest.importorskip("brax.training.agents.ppo.train", reason=PLAYGROUND_MISSING)
+  playground.brax_jax_compat()
+  progress = []
+  with jax.enable_x64(False):  # Brax trains in float32, as its networks do
+    env = playground.load("CartpoleBalance", num_threads=1)
+    ppo.train(
+      environment=env, num_timesteps=80, episode_length=20, num_envs=8, batch_size=8,
+      num_minibatches=1, unroll_length=5, num_updates_per_batch=1, num_evals=3, num_eval_envs=4,
+      wrap_env_fn=pg_wrapper.wrap_for_brax_training, seed=0,
+      progress_fn=lambda step, metrics: progress.append((step, metrics)),
+    )
+  assert [step for step, _ in progress] == [0, 40, 80]
+  for _, metrics in progress:  # cart-pole balance: reward in [0, 1] per step
+    assert 0 < float(metrics["eval/episode_reward"]) <= 20
