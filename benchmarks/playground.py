@@ -96,7 +96,7 @@ def _mujoco_c(env: Any, rows: Any, ctrls: Any) -> Any:
 
 
 def measure(name: str, num_envs: int, steps: int, repeats: int, parity_envs: int, seed: int,
-            x64: bool) -> dict[str, Any]:
+            x64: bool, parity: bool = True) -> dict[str, Any]:
   """Speed of both sides on num_envs envs, and (with x64) parity from the same runs."""
   import jax
 
@@ -134,7 +134,7 @@ def measure(name: str, num_envs: int, steps: int, repeats: int, parity_envs: int
   for side in sides:
     out[side]["env_steps_per_s"] = num_envs * steps / float(np.median(out[side]["wall_s"]))
     out[side]["env_steps_per_cpu_s"] = num_envs * steps / float(np.median(out[side]["cpu_s"]))
-  if not x64:
+  if not x64 or not parity:
     return out
 
   # The env's own settings: ours and MJX against each other and against MuJoCo C.
@@ -203,7 +203,7 @@ def run_child(args: argparse.Namespace, name: str, x64: bool) -> dict[str, Any]:
   command = [sys.executable, __file__, "--one", "--envs", name, "--num-envs", str(args.num_envs),
              "--parity-envs", str(args.parity_envs), "--steps", str(args.steps),
              "--repeats", str(args.repeats), "--seed", str(args.seed)]
-  command += [] if x64 else ["--float32"]
+  command += ([] if x64 else ["--float32"]) + (["--speed-only"] if args.speed_only else [])
   env = dict(os.environ, PYTHONWARNINGS="ignore")
   out = subprocess.run(command, capture_output=True, text=True, env=env)
   lines = [line for line in (out.stdout or "").splitlines() if line.startswith("RESULT ")]
@@ -226,6 +226,7 @@ def main() -> None:
   parser.add_argument("--seed", type=int, default=0)
   parser.add_argument("--one", action="store_true", help="internal: one env, result to stdout")
   parser.add_argument("--float32", action="store_true", help="internal: with --one, float32")
+  parser.add_argument("--speed-only", action="store_true", help="no parity columns")
   parser.add_argument("--merge", type=Path, nargs="+",
                       help="print the table of these results files' rows and plot them as one")
   parser.add_argument("--out", type=Path, default=RESULTS)
@@ -236,7 +237,7 @@ def main() -> None:
   if args.one:
     warnings.simplefilter("ignore")
     result = measure(args.envs, args.num_envs, args.steps, args.repeats, args.parity_envs,
-                     args.seed, x64=not args.float32)
+                     args.seed, x64=not args.float32, parity=not args.speed_only)
     print("RESULT " + json.dumps(result))
     return
   names = available_envs(args.envs)
@@ -282,8 +283,8 @@ def merge(paths: list[Path], out: Path) -> None:
 
 TABLE_HEADER = (
   "| env | solver | obs diff | reward diff | ours env steps/s | MJX env steps/s | ours / MJX"
-  " | compile ours / MJX (s) | own settings: ours vs C, MJX vs C |\n"
-  "|---|---|---|---|---|---|---|---|---|"
+  " | per CPU-s | compile ours / MJX (s) | own settings: ours vs C, MJX vs C |\n"
+  "|---|---|---|---|---|---|---|---|---|---|"
 )
 
 
@@ -291,6 +292,12 @@ def table_line(row: dict[str, Any]) -> str:
   r = row["x64"]
   if "error" in r:
     return f"| {row['env']} | failed: {r['error']} |"
+  if "default" not in r:  # --speed-only
+    ours, mjx = r["ours"], r["mjx"]
+    ratio = ours["env_steps_per_s"] / mjx["env_steps_per_s"]
+    return (f"| {row['env']} | - | - | - | {ours['env_steps_per_s']:,.0f}"
+            f" | {mjx['env_steps_per_s']:,.0f} | {ratio:.2f} | - "
+            f" | {ours['compile_s']:.1f} / {mjx['compile_s']:.1f} | - |")
   d, c = r["default"], r["converged"]
   parity = c if c is not None else d
   solver = "converged" if c is not None else f"own ({r['solver']['iterations']} it.)"
@@ -303,8 +310,9 @@ def table_line(row: dict[str, Any]) -> str:
              f" | {mjx['env_steps_per_s']:,.0f} (f32 {m32['env_steps_per_s']:,.0f})"
              f" | {ours['env_steps_per_s'] / mjx['env_steps_per_s']:.2f}"
              f" (f32 {o32['env_steps_per_s'] / m32['env_steps_per_s']:.2f})")
+  per_cpu = ours["env_steps_per_cpu_s"] / mjx["env_steps_per_cpu_s"]
   return (f"| {row['env']} | {solver} | {parity['obs']:.0e} | {parity['reward']:.0e} | {speed}"
-          f" | {ours['compile_s']:.1f} / {mjx['compile_s']:.1f}"
+          f" | {per_cpu:.2f} | {ours['compile_s']:.1f} / {mjx['compile_s']:.1f}"
           f" | {d['ours_vs_mujoco_c']:.0e}, {d['mjx_vs_mujoco_c']:.0e} |")
 
 
