@@ -103,8 +103,13 @@ Extra ExtraStage(std::string_view name) {
 
 template <typename T>
 void CopyField(const DataField& field, const mjData* d, T* out, std::size_t row) {
-  mjtNum* values;
-  std::memcpy(&values, reinterpret_cast<const char*>(d) + field.offset, sizeof(values));
+  const char* at = reinterpret_cast<const char*>(d) + field.offset;
+  const mjtNum* values;
+  if (field.inline_array) {
+    values = reinterpret_cast<const mjtNum*>(at);
+  } else {
+    std::memcpy(&values, at, sizeof(values));
+  }
   Convert(out + row * field.size, values, field.size);
 }
 
@@ -317,10 +322,33 @@ int Engine::ProbeParamSize(const std::string& field, std::string* error) const {
   return size;
 }
 
-bool Engine::FindDataField(std::string_view name, DataField* field, std::string* error) const {
-  if (name == "qHDiagInv") {
-    *error = "'qHDiagInv' is computed only inside mj_step by the implicit integrators";
+bool Engine::FindDataField(std::string_view name, DataField* field, std::string* error,
+                           bool in_step) const {
+  // Scratch of mj_step's integrators (Euler's implicit damping, implicit, implicitfast): written
+  // inside the step and not kept with the state, so a batch's per-thread MjData would hold
+  // another simulation's values.
+  if (name == "qH" || name == "qHDiagInv" || name == "qDeriv" || name == "qLU") {
+    *error = "'" + std::string(name) + "' is scratch of mj_step's integrators, computed inside the "
+             "step and not kept with the state, so it cannot be returned per simulation";
     return false;
+  }
+  if (in_step && ExtraStage(name) != Extra::kNone) {
+    *error = "'" + std::string(name) + "' is not computed by mj_step (mj_forward's callers compute "
+             "it after it): observe it with observe_at='new'";
+    return false;
+  }
+  if (name == "energy") {
+    if (!(model_->opt.enableflags & mjENBL_ENERGY)) {
+      *error = "'energy' is computed only with the energy flag: enable it in the model "
+               "(<option><flag energy=\"enable\"/></option>, or model.opt.enableflags |= "
+               "mujoco.mjtEnableBit.mjENBL_ENERGY before making the Simulator)";
+      return false;
+    }
+    field->name = "energy";
+    field->offset = offsetof(mjData, energy);
+    field->size = 2;
+    field->inline_array = true;
+    return true;
   }
   const mjModel* m = model_;
 #undef MJ_M

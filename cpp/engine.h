@@ -32,8 +32,9 @@ struct ParamField {
 // An mjtNum field of mjData that Forward copies out, and its number of elements.
 struct DataField {
   std::string name;
-  std::size_t offset = 0;  // of the field's pointer within mjData
+  std::size_t offset = 0;  // of the field's pointer within mjData (of the array itself if inline)
   int size = 0;
+  bool inline_array = false;  // an array member of mjData (energy), not a pointer into its arena
 };
 
 // Per-simulation inputs of a call, each a row-major array of n rows; T is float or double.
@@ -96,8 +97,11 @@ class Engine {
   // in error (unknown, an asset, a structural field, or not mjtNum).
   int ParamSize(std::string_view name, std::string* error) const;
 
-  // The mjtNum mjData field that Forward can return, or false with the reason in error.
-  bool FindDataField(std::string_view name, DataField* field, std::string* error) const;
+  // The mjtNum mjData field that Forward can return, or false with the reason in error. in_step:
+  // the field is to be read as mj_step leaves it (observe_at="step"), so fields that only the
+  // calls after mj_forward compute are refused as well.
+  bool FindDataField(std::string_view name, DataField* field, std::string* error,
+                     bool in_step = false) const;
 
   // Advance each simulation by nstep calls to mj_step and write its rows into state_out
   // (n x nstate) and the number of warnings of each kind it raised into warnings

@@ -73,7 +73,9 @@ ffi::Error Impl(ffi::AnyBuffer state, ffi::AnyBuffer ctrls, ffi::AnyBuffer param
     for (std::string_view name : Split(observe)) {
       DataField field;
       std::string error;
-      if (!c.engine->FindDataField(name, &field, &error)) return InvalidArgument(error);
+      if (!c.engine->FindDataField(name, &field, &error, /*in_step=*/!observe_new)) {
+        return InvalidArgument(error);
+      }
       observe_fields.push_back(field);
     }
     if (observe_fields.size() != observed.size()) {

@@ -119,15 +119,16 @@ NB_MODULE(_mjbatch_jax, m) {
   }, nb::arg("id"), nb::arg("name"),
      "mjtNum values per simulation of an expandable model field; ValueError if it is not one.");
 
-  m.def("data_field_size", [](int64_t id, const std::string& name) {
+  m.def("data_field_size", [](int64_t id, const std::string& name, bool in_step) {
     std::string error;
     DataField field;
-    if (!LiveEngine(id)->FindDataField(name, &field, &error)) {
+    if (!LiveEngine(id)->FindDataField(name, &field, &error, in_step)) {
       throw nb::value_error(error.c_str());
     }
     return field.size;
-  }, nb::arg("id"), nb::arg("name"),
-     "mjtNum values per simulation of an mjData field; ValueError if forward cannot return it.");
+  }, nb::arg("id"), nb::arg("name"), nb::arg("in_step") = false,
+     "mjtNum values per simulation of an mjData field; ValueError if forward (or, in_step, an "
+     "observation as mj_step leaves it) cannot return it.");
 
   m.def("step_loop", LoopBinding(StepLoop),
         nb::arg("model_address"), nb::arg("states"), nb::arg("nthread"), nb::arg("nstep"),

@@ -128,8 +128,11 @@ def checked_inputs(
   return state, ctrl.astype(state.dtype), flat, spec, lead
 
 
-def forward_shape(spec: SimSpec, name: Any) -> tuple[int, ...]:
-  """Shape of one simulation's values of mjData field name, checked by the engine."""
+def forward_shape(spec: SimSpec, name: Any, in_step: bool = False) -> tuple[int, ...]:
+  """Shape of one simulation's values of mjData field name, checked by the engine.
+
+  in_step: the field is observed as mj_step leaves it (observe_at="step").
+  """
   if not isinstance(name, str):
     raise ValueError(f"field names must be strings, got {name!r}")
   info = spec.model_info
@@ -138,6 +141,8 @@ def forward_shape(spec: SimSpec, name: Any) -> tuple[int, ...]:
     size = ext.data_field_size(spec.engine, name)  # ValueError naming the field
     shape = tuple(np.shape(getattr(mujoco.MjData(info.model), name)))
     cache[name] = shape if math.prod(shape) == size else (size,)
+  if in_step:
+    ext.data_field_size(spec.engine, name, True)  # ValueError for fields mj_step leaves alone
   return cache[name]
 
 

@@ -65,7 +65,8 @@ def step(
       (what `forward(new_state)` returns, at the cost of one more mj_forward per simulation; the
       new state is the same bit for bit). "step": as they stand in MjData right after mj_step,
       computed at the state before its last substep (what MJX and MuJoCo Playground read), at
-      no extra cost; not differentiable.
+      no extra cost; not differentiable. Fields that mj_step does not compute (qfrc_inverse,
+      cacc, subtree_linvel, ...) are refused with "step".
 
   Returns:
     The new state; with observe, (state, dict of fields); with return_warnings, warnings last.
@@ -76,6 +77,7 @@ def step(
   """
   state, ctrl, flat, spec, lead = _checks.checked_inputs(state, ctrl, params, nstep)
   h, centered = _derivative_options(eps, centered)
+  _check_observe_at(observe_at)
   if observe:
     names, shapes, sizes, new = _observation(spec, observe, observe_at)
     with _converted(state):
@@ -145,6 +147,7 @@ def rollout(
   _checks.check_nstep(nstep)
   state, flat, spec, lead = _checks.state_and_params(state, params)
   h, centered = _derivative_options(eps, centered)
+  _check_observe_at(observe_at)
   ctrls = _checks.floating("ctrls", ctrls).astype(state.dtype)
   if ctrls.ndim != len(lead) + 2 or ctrls.shape[: len(lead)] != lead or ctrls.shape[-1] != spec.nu:
     raise ValueError(f"ctrls must have shape {(*lead, 'T', spec.nu)}, got {ctrls.shape}")
@@ -185,9 +188,11 @@ def forward(
 
   Fields that mj_forward leaves alone are computed with the MuJoCo call that does compute them:
   subtree_linvel and subtree_angmom (mj_subtreeVel), cacc, cfrc_int and cfrc_ext
-  (mj_rnePostConstraint), qfrc_inverse (mj_inverse, at mj_forward's qacc); a field that only
-  mj_step computes (qHDiagInv) is refused. Differentiable w.r.t. the rows' qpos, qvel, act and
-  ctrl and the params leaves, as `step` is, by differences in the arrays' dtype.
+  (mj_rnePostConstraint), qfrc_inverse (mj_inverse, at mj_forward's qacc); the scratch arrays
+  of mj_step's integrators (qH, qHDiagInv, qDeriv, qLU) are refused, and "energy" needs the
+  model's energy flag. Every field equals what a fresh MjData gives after mj_forward (and that
+  call). Differentiable w.r.t. the rows' qpos, qvel, act and ctrl and the params leaves, as
+  `step` is, by differences in the arrays' dtype.
 
   Args:
     state: (..., nstate) rows.
@@ -233,10 +238,15 @@ def _observation(
   names = tuple(observe)
   if len(set(names)) != len(names):
     raise ValueError(f"observe must name each field once, got {names}")
-  if observe_at not in ("new", "step"):
+  in_step = observe_at == "step"
+  shapes = [_checks.forward_shape(spec, name, in_step) for name in names]
+  return names, shapes, tuple(math.prod(s) for s in shapes), not in_step
+
+
+def _check_observe_at(observe_at: Any) -> None:
+  # Checked with or without observe, so that a typo never goes unnoticed.
+  if not isinstance(observe_at, str) or observe_at not in ("new", "step"):
     raise ValueError(f"observe_at must be 'new' or 'step', got {observe_at!r}")
-  shapes = [_checks.forward_shape(spec, name) for name in names]
-  return names, shapes, tuple(math.prod(s) for s in shapes), observe_at == "new"
 
 
 def _shaped(
