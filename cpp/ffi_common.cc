@@ -7,6 +7,7 @@
 #include <string_view>
 #include <vector>
 
+#include "callbacks.h"
 #include "registry.h"
 
 namespace mjbatch_jax {
@@ -73,6 +74,10 @@ bool Floating(ffi::DataType type) {
 
 ffi::Error Prepare(int64_t engine, std::string_view fields, const ffi::AnyBuffer& state,
                    const ffi::AnyBuffer& params, Common* c) {
+  // Checked in every call, since a callback may be installed after a function was compiled.
+  if (std::string callback = PythonCallback(); !callback.empty()) {
+    return InvalidArgument(PythonCallbackError(callback));
+  }
   c->engine = FindEngine(engine);
   if (!c->engine) {
     return InvalidArgument("simulator " + std::to_string(engine) +

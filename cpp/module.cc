@@ -11,6 +11,7 @@
 #include <nanobind/stl/string.h>
 
 #include "c_loop.h"
+#include "callbacks.h"
 #include "engine.h"
 #include "handlers.h"
 #include "registry.h"
@@ -104,6 +105,14 @@ NB_MODULE(_mjbatch_jax, m) {
   }, nb::arg("text"),
      "Raise a MuJoCo error with text on this thread inside the engine's trap and return the "
      "message it trapped: what the tests use to see that such errors never end the process.");
+
+  m.def("remember_default_timer", &RememberDefaultTimer,
+        "Take the current mjcb_time as MuJoCo's bindings' own C timer (call it when "
+        "mujoco.get_mjcb_time() is None).");
+  m.def("python_callback", [] {
+    std::string name = PythonCallback();
+    return name.empty() ? std::string() : PythonCallbackError(name);
+  }, "The error message for the first mjcb_* callback that is a Python function, or ''.");
 
   m.def("open_engines", [] { return OpenEngineCount(); }, "How many engines are open.");
 

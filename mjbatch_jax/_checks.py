@@ -23,6 +23,7 @@ _INT32_MAX = 2**31 - 1
 
 
 def check_params(params: Any) -> SimSpec:
+  check_callbacks()
   if not isinstance(params, Params):
     raise ValueError(
       f"params must come from Simulator.params(num_sims, fields), got {type(params).__name__}"
@@ -31,6 +32,20 @@ def check_params(params: Any) -> SimSpec:
   if spec.closed:
     raise ValueError(f"the Simulator of these params (engine {spec.engine}) is closed")
   return spec
+
+
+def check_callbacks() -> None:
+  """ValueError if a MuJoCo callback (mjcb_control, ...) is a Python function.
+
+  The engine's threads cannot call into Python; the handlers refuse such a callback too, for
+  functions compiled before it was installed.
+  """
+  if mujoco.get_mjcb_time() is None:
+    # MuJoCo's bindings then hold their own C timer there, which threads may call.
+    ext.remember_default_timer()
+  message = ext.python_callback()
+  if message:
+    raise ValueError(message)
 
 
 def floating(name: str, x: Any) -> jax.Array:

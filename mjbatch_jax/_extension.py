@@ -33,4 +33,7 @@ if _BUILT != _RUNNING or mujoco.mj_version() != _BUILT:
     f"`pip install mujoco-core=={_version_string(_BUILT)}` or rebuild mjbatch_jax."
   )
 
+if mujoco.get_mjcb_time() is None:
+  ext.remember_default_timer()  # the bindings' own C timer, not a Python callback
+
 __all__ = ["ext"]

@@ -480,6 +480,64 @@ CASES = [
     state = jax.jit(limited.reset)(jax.random.key(0))
     assert state.done.shape == (2,)
     """), ("ok",)),
+  # Python callbacks: the engine's threads cannot call them; every call refuses them up front,
+  # and a function compiled before one was installed refuses it from the handler. Each case
+  # uninstalls its callback, since the cases after it share the process.
+  *[(f"python mjcb_{kind} {how}", textwrap.dedent(f"""
+    f = jax.jit(mjbatch_jax.step)
+    f(state, ctrl, params).block_until_ready()
+    mujoco.set_mjcb_{kind}(lambda *args: {result})
+    try:
+      with mjbatch_jax.simulation_errors():
+        {call}
+    finally:
+      mujoco.set_mjcb_{kind}(None)
+    """), ("raises", "ValueError", f"mjcb_{kind} is a Python function.*set_mjcb_{kind}"))
+    for kind, result in (("control", "None"), ("passive", "None"), ("sensor", "None"),
+                         ("act_gain", "0.0"), ("contactfilter", "0"))
+    for how, call in (
+      ("step", "mjbatch_jax.step(state, ctrl, params)"),
+      ("jitted before", "f(state, ctrl, params).block_until_ready()"),
+    )],
+  *[(f"python mjcb_control {how}", textwrap.dedent(f"""
+    mujoco.set_mjcb_control(lambda m, d: None)
+    try:
+      with mjbatch_jax.simulation_errors():
+        {call}
+    finally:
+      mujoco.set_mjcb_control(None)
+    """), ("raises", "ValueError", "mjcb_control is a Python function"))
+    for how, call in (
+      ("rollout", "mjbatch_jax.rollout(state, ctrls, params)"),
+      ("forward", "mjbatch_jax.forward(state, params)"),
+      ("transition_fd", "mjbatch_jax.transition_fd(state, ctrl, params)"),
+      ("param_fd", "mjbatch_jax.param_fd(state, ctrl, params)"),
+      ("grad", "jax.grad(lambda u: mjbatch_jax.step(state, u, params).sum())(ctrl)"),
+      ("jitted rollout", "jax.jit(mjbatch_jax.rollout)(state, ctrls, params)[0]"
+                         ".block_until_ready()"),
+    )],
+  ("C callback through ctypes runs", textwrap.dedent("""
+    import ctypes
+    calls = []
+    passive = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_void_p)(
+        lambda m_, d_: calls.append(1))
+    mujoco.set_mjcb_passive(passive)
+    try:
+      mjbatch_jax.step(state, ctrl, params, nstep=2)
+    finally:
+      mujoco.set_mjcb_passive(None)
+    assert len(calls) == 2 * N, len(calls)
+    mjbatch_jax.step(state, ctrl, params)
+    """), ("ok",)),
+  ("callback uninstalled, calls run again", textwrap.dedent("""
+    mujoco.set_mjcb_control(lambda m, d: None)
+    try:
+      mjbatch_jax.step(state, ctrl, params)
+    except ValueError:
+      pass
+    mujoco.set_mjcb_control(None)
+    assert mjbatch_jax.step(state, ctrl, params).shape == state.shape
+    """), ("ok",)),
   # Threads: concurrent calls are right and use a bounded number of threads.
   ("concurrent calls bounded", textwrap.dedent("""
     s2 = mjbatch_jax.Simulator(m, num_threads=2)
