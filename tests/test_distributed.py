@@ -96,6 +96,7 @@ def test_setup_refuses_bad_inputs(cartpole):
     distributed.initialize(timeout=0)
 
 
+@pytest.mark.slow
 def test_launcher_names_the_failed_rank_and_stops_the_others(tmp_path, env):
   script = tmp_path / "fail.py"
   script.write_text(textwrap.dedent("""
@@ -227,6 +228,7 @@ print("RESULT " + json.dumps({"process": me, "gradient_error": gradient_error, "
 """
 
 
+@pytest.mark.slow
 def test_two_processes_equal_one_bit_for_bit(tmp_path, env):
   script = tmp_path / "checks.py"
   script.write_text(CHECKS)
@@ -263,6 +265,7 @@ for i in range(100000):
 """
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("how", ["kill", "stop"])
 def test_a_lost_peer_stops_the_survivor_naming_it(tmp_path, env, how):
   """SIGKILL: the survivor's collective fails at once; SIGSTOP: it blocks. Either way the
@@ -308,6 +311,7 @@ def test_a_lost_peer_stops_the_survivor_naming_it(tmp_path, env, how):
     assert proc.returncode == 128 + signal.SIGKILL  # the cause, not the survivor's 75
 
 
+@pytest.mark.slow
 def test_an_uncaught_exception_stops_the_others_naming_it(tmp_path, env):
   script = tmp_path / "victim.py"
   script.write_text(VICTIM)
@@ -337,6 +341,7 @@ print("done", flush=True)
 """
 
 
+@pytest.mark.slow
 def test_a_peer_that_left_cleanly_is_not_lost(tmp_path, env):
   """Process 1 ends its script three peer timeouts before process 0: it says so as it leaves,
   and process 0's watchdog does not take its silence for a loss."""
@@ -348,6 +353,7 @@ def test_a_peer_that_left_cleanly_is_not_lost(tmp_path, env):
   assert "mjbatch_jax.distributed:" not in out.stderr, out.stderr[-4000:]
 
 
+@pytest.mark.slow
 def test_resumed_training_equals_uninterrupted(tmp_path, env):
   common = [str(EXAMPLE), "--iterations", "6", "--checkpoint-every", "2",
             "--sims", "8", "--horizon", "20", "--hidden", "4"]

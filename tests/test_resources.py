@@ -7,6 +7,8 @@ import sys
 import textwrap
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[1]
 
 LOOP = textwrap.dedent("""
@@ -45,6 +47,7 @@ LOOP = textwrap.dedent("""
 """)
 
 
+@pytest.mark.slow
 def test_a_thousand_simulators_of_one_model_compile_once_and_free_everything():
   out = subprocess.run([sys.executable, "-c", LOOP], capture_output=True, text=True, cwd=ROOT,
                        timeout=600)
