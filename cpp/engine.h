@@ -105,17 +105,23 @@ class Engine {
 
   // Advance each simulation by nstep calls to mj_step and write its rows into state_out
   // (n x nstate) and the number of warnings of each kind it raised into warnings
-  // (n x mjNWARNING, may be nullptr). A simulation that fails gets its input row back.
+  // (n x mjNWARNING, may be nullptr). A simulation that fails gets its input row back. With
+  // errors (n, may be nullptr), each simulation's error code goes there (0: ran, 1: MuJoCo
+  // raised an error in it) and such errors are not the call's: the others' results stand.
+  // Without, the call fails with a message naming the first failed simulation and listing all.
   template <typename T>
-  Status Step(const Inputs<T>& in, int nstep, T* state_out, int32_t* warnings);
+  Status Step(const Inputs<T>& in, int nstep, T* state_out, int32_t* warnings,
+              int32_t* errors = nullptr);
 
   // Advance each simulation through nknot knots of nstep substeps, knot k with controls
   // ctrls[sim, k] (n x nknot x nu), recording the rows (n x nknot x nstate), sensordata
   // (n x nknot x nsensordata, unless nullptr) and the observed fields after each knot. in.ctrl
-  // is unused. A simulation that fails gets its input row in every knot.
+  // is unused. A simulation that fails gets its input row in every knot, and zeros for its
+  // sensordata and observations; errors as for Step.
   template <typename T>
   Status Rollout(const Inputs<T>& in, int nknot, int nstep, const T* ctrls, T* states_out,
-                 T* sensordata_out, int32_t* warnings, const Observation<T>* observe = nullptr);
+                 T* sensordata_out, int32_t* warnings, const Observation<T>* observe = nullptr,
+                 int32_t* errors = nullptr);
 
   // Run mj_forward on each simulation (and the extra stages that some fields need) and copy the
   // fields out, outputs[f] being n x fields[f].size.
@@ -167,6 +173,17 @@ class Engine {
 
   // The first failed simulation of slot's last call on count rows, named as "sim <start + i>".
   Status Failure(Slot* slot, std::size_t start, int count, int nfail, int rows_per_sim = 1);
+
+  // Per-simulation failures of a call that runs each simulation as one row (Step, Rollout):
+  // the rows of slot's last call on count rows that failed are simulations start + i.
+  struct Failures {
+    std::vector<std::size_t> ids;  // every failed simulation of the call, in order
+    std::string first;             // the first one's message
+    // Record the failed rows of the chunk; write 0/1 codes to errors + start if not nullptr.
+    void Record(const mjBatch* batch, std::size_t start, int count, int32_t* errors);
+    // OK, or a SimulationError naming the first failed simulation and listing all of them.
+    Status ToStatus() const;
+  };
 
   mjModel* model_;
   int nthread_;

@@ -985,9 +985,7 @@ class Batch:
   def _raise(self, failed: np.ndarray) -> None:
     first = int(failed[0])
     more = f" (and {len(failed) - 1} more simulations)" if len(failed) > 1 else ""
-    err = SimulationError(f"sim {first}: {self._mb.error(first)}{more}")
-    err.ids = failed  # type: ignore[attr-defined]
-    raise err
+    raise SimulationError(f"sim {first}: {self._mb.error(first)}{more}", ids=failed)
 
   def _check_sleep(self, sel: np.ndarray | None) -> None:
     # MuJoCo would fail these simulations one by one after running the others; mjbatch
