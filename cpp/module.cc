@@ -13,6 +13,7 @@
 #include "c_loop.h"
 #include "callbacks.h"
 #include "engine.h"
+#include "ffi_common.h"
 #include "handlers.h"
 #include "registry.h"
 #include "status.h"
@@ -28,8 +29,9 @@ const mjModel* ModelAt(uintptr_t address) { return reinterpret_cast<const mjMode
 
 std::shared_ptr<Engine> LiveEngine(int64_t id) {
   std::shared_ptr<Engine> engine = FindEngine(id);
-  if (!engine) throw nb::value_error(("simulator " + std::to_string(id) + " is closed").c_str());
-  return engine;
+  if (engine) return engine;
+  if (int64_t parent = ForkedFrom(id)) throw nb::value_error(ForkedMessage(id, parent).c_str());
+  throw nb::value_error(("simulator " + std::to_string(id) + " is closed").c_str());
 }
 
 // The binding of a C loop (StepLoop, StepLoopLockstep): checked rows in, seconds out.
@@ -115,6 +117,8 @@ NB_MODULE(_mjbatch_jax, m) {
   }, "The error message for the first mjcb_* callback that is a Python function, or ''.");
 
   m.def("open_engines", [] { return OpenEngineCount(); }, "How many engines are open.");
+  m.def("forked_from", &ForkedFrom, nb::arg("id"),
+        "The id of the process that forked this one if the engine was open there, else 0.");
 
   m.def("engine_nthread", [](int64_t id) { return LiveEngine(id)->nthread(); }, nb::arg("id"));
   m.def("engine_max_slots", [](int64_t id) { return LiveEngine(id)->max_slots(); },

@@ -29,6 +29,9 @@ def check_params(params: Any) -> SimSpec:
       f"params must come from Simulator.params(num_sims, fields), got {type(params).__name__}"
     )
   spec = params.spec
+  handle = spec.handle() if spec.handle is not None else None
+  if handle is not None:
+    handle.check_process()
   if spec.closed:
     raise ValueError(f"the Simulator of these params (engine {spec.engine}) is closed")
   return spec

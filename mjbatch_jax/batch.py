@@ -11,9 +11,11 @@ public API, checked at import.
 
 from __future__ import annotations
 
+import ctypes
 import difflib
 import os
 import threading
+import weakref
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
@@ -367,6 +369,8 @@ class Batch:
     self._ranged: list[tuple[str, np.ndarray, _Allowed]] = []
     self._cursors = _history_cursors(model)
     self._const_everywhere = False
+    self._pid = os.getpid()
+    _LIVE.add(self)
 
   # ---------------------------------------------------------------------------- properties
 
@@ -414,6 +418,12 @@ class Batch:
     self.close()
 
   def _live(self) -> _mjb.Batch:
+    if self._pid != os.getpid():
+      raise ValueError(
+        f"this Batch was made in process {self._pid} before it forked this one ({os.getpid()}),"
+        " and its worker threads do not exist here: make a new Batch in this process, or start"
+        " workers with multiprocessing's 'spawn' or 'forkserver' method"
+      )
     if self._closed:
       raise ValueError("this Batch is closed")
     return self._mb
@@ -1066,6 +1076,27 @@ class Batch:
       if len(done) and _ran(mb.forward, done, self._stage):
         failed = np.union1d(failed, self._failed(done)).astype(np.int32)
     self._after(sel, False, failed if len(failed) else None)
+
+
+# ------------------------------------------------------------------------------------ fork
+
+# Every Batch not yet closed. A process forked from this one has none of their worker threads,
+# and freeing a mujoco.batch.Batch joins its threads, which would wait forever: the child keeps
+# each such batch alive for good (one reference more), so neither close() nor the interpreter's
+# exit frees it, and every call raises (see Batch._live).
+_LIVE: weakref.WeakSet[Batch] = weakref.WeakSet()
+
+
+def _abandon_inherited_batches() -> None:
+  for batch in list(_LIVE):
+    engine = getattr(batch, "_mb", None)
+    if engine is not None:
+      ctypes.pythonapi.Py_IncRef(ctypes.py_object(engine))
+    batch._lock = threading.Lock()  # a thread of the parent may have held it
+
+
+if hasattr(os, "register_at_fork"):
+  os.register_at_fork(after_in_child=_abandon_inherited_batches)
 
 
 # --------------------------------------------------------------------------- argument checks

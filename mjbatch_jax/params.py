@@ -1,6 +1,7 @@
 """Per-simulation model values as a JAX pytree that also names its simulator."""
 
 import dataclasses
+import os
 import threading
 from collections.abc import Iterator, Mapping
 from typing import Any
@@ -25,10 +26,21 @@ class EngineHandle:
     self.id = ext.open_engine(model._address, num_threads)
     self._lock = threading.Lock()
     self._open = True
+    self.pid = os.getpid()
 
   @property
   def closed(self) -> bool:
     return not self._open
+
+  def check_process(self) -> None:
+    """ValueError in a process forked after the engine was made: its threads are not here."""
+    if self.pid != os.getpid():
+      raise ValueError(
+        f"this Simulator (engine {self.id}) was made in process {self.pid} before it forked this"
+        f" one ({os.getpid()}), and its worker threads do not exist here: make a new Simulator"
+        " in this process, or start workers with multiprocessing's 'spawn' or 'forkserver'"
+        " method"
+      )
 
   def close(self) -> None:
     with self._lock:

@@ -135,6 +135,7 @@ class Simulator:
     self.close()
 
   def _check_open(self) -> None:
+    self._handle.check_process()
     if self.closed:
       raise ValueError("this Simulator is closed")
 
