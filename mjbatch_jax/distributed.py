@@ -51,7 +51,7 @@ from mjbatch_jax.launch import (
   ENV_TIMEOUT,
   EXIT_PEER_LOST,
 )
-from mjbatch_jax.params import Params
+from mjbatch_jax.params import Params, model_digest
 from mjbatch_jax.simulator import Simulator
 
 DEFAULT_TIMEOUT = 30.0
@@ -478,17 +478,6 @@ def _local_rows(mesh: Mesh, axis: str, num_sims: int) -> slice:
       raise ValueError("this process's devices are not next to each other in the mesh: order "
                        "the mesh's devices by process so that each process has one block of rows")
   return slice(blocks[0][0], blocks[-1][1])
-
-
-def model_digest(model: mujoco.MjModel) -> str:
-  """sha256 of the model's mj_saveModel bytes: equal digests, equal simulations.
-
-  Example:
-    mjbatch_jax.distributed.model_digest(mujoco.MjModel.from_xml_path("scene.xml"))[:12]
-  """
-  buffer = np.empty(mujoco.mj_sizeModel(model), dtype=np.uint8)
-  mujoco.mj_saveModel(model, None, buffer)
-  return hashlib.sha256(buffer.tobytes()).hexdigest()
 
 
 def versions() -> dict[str, str]:

@@ -83,6 +83,7 @@ class Simulator:
       info=info,
       handle=weakref.ref(self._handle),
     )
+    self._handle.base_spec = self._spec
     self._data: mujoco.MjData | None = None
     self._names: Names | None = None
 
@@ -127,6 +128,13 @@ class Simulator:
     unless another open Simulator of the same model keeps the shared engine alive.
     """
     self._handle.close()
+
+  def __reduce__(self) -> tuple:
+    raise TypeError(
+      "a Simulator cannot be pickled or copied (it owns threads and engines of this process):"
+      " pickle its params and states, and make a Simulator of the same model where you load"
+      " them (Params and env States find it by the model's digest)"
+    )
 
   def __enter__(self) -> "Simulator":
     return self
