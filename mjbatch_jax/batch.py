@@ -187,6 +187,56 @@ _INT_PARAMS: dict[str, _Allowed] = {
 }
 
 
+
+@dataclass(frozen=True)
+class _TypeAtUse:
+  """A type field that MuJoCo checks where it reads it, per entry against the model's type.
+
+  A value outside the enum makes MuJoCo raise an error in the simulation that has it (which
+  then names that simulation, as mjbatch does); so does the model's own value no harm. Another
+  valid type would make MuJoCo read the entry's object ids as ids of another kind of object
+  (a joint id as a body id), out of bounds: refused, but for types that read the same kinds of
+  objects (`swaps`).
+  """
+
+  model: np.ndarray  # the model's values, one per entry
+  valid: tuple[int, ...]
+  swaps: tuple[frozenset[int], ...] = ()
+  what: str = ""
+
+  def bad(self, a: np.ndarray) -> np.ndarray:
+    model = np.broadcast_to(self.model, a.shape)
+    ok = (a == model) | ~np.isin(a, self.valid)
+    for group in self.swaps:
+      members = tuple(group)
+      ok |= np.isin(a, members) & np.isin(model, members)
+    return ~ok
+
+  def describe(self) -> str:
+    return (f"the model's {self.what} for that entry, one it may swap with, or a value outside"
+            f" {self.what} (which MuJoCo refuses in that simulation when it meets it)")
+
+
+def _eq_type(model: Any) -> _TypeAtUse:
+  # MuJoCo (engine_core_constraint.c and the sleep and island code) switches on eq_type and
+  # fails an unknown type with an error before reading anything by it; connect and weld both
+  # read two bodies or two sites (eq_objtype) and eq_data, so either may stand for the other.
+  eq = _mj.mjtEq
+  return _TypeAtUse(
+    model=np.array(model.eq_type, dtype=np.int64),
+    valid=_enum(eq).values,
+    swaps=(frozenset({int(eq.mjEQ_CONNECT), int(eq.mjEQ_WELD)}),),
+    what="mjtEq",
+  )
+
+
+# Integer fields that are types, but which MuJoCo validates where it reads them (see
+# _TypeAtUse): expandable, checked against the model's values before every call. The other type
+# and mode fields (geom_type, jnt_type, sensor_type, actuator_trntype, ...) index tables or
+# decide what an id refers to before any check, so they stay structural.
+_TYPES_AT_USE: dict[str, Callable[[Any], _TypeAtUse]] = {"eq_type": _eq_type}
+
+
 # ------------------------------------------------------------------------------ named views
 
 
@@ -366,7 +416,7 @@ class Batch:
     self._shadow: np.ndarray | None = None
     self._enableflags: np.ndarray | None = None
     # expanded integer parameters with a range, as (field, per-simulation values, range)
-    self._ranged: list[tuple[str, np.ndarray, _Allowed]] = []
+    self._ranged: list[tuple[str, np.ndarray, _Allowed | _TypeAtUse]] = []
     self._cursors = _history_cursors(model)
     self._const_everywhere = False
     self._pid = os.getpid()
@@ -505,8 +555,10 @@ class Batch:
     Float fields and the integer parameters that only select among MuJoCo's branches (the
     integrator, solver, cone, iteration counts, enable and disable flags, condim, contype,
     conaffinity, priorities, groups, limited flags) are expandable; structural integer fields
-    (ids, addresses, counts, types) are not. Integer parameters are checked against their range
-    before every call.
+    (ids, addresses, counts, types) are not, but for eq_type, which MuJoCo checks where it reads
+    it: a value outside mjtEq makes MuJoCo fail that simulation (SimulationError naming it, the
+    others run), while another valid type (which would read ids out of bounds) is refused.
+    Integer parameters are checked against their range before every call.
 
     Args:
       name: an MjModel array ("body_mass", "geom_friction", ...) or an MjOption field, named
@@ -540,7 +592,7 @@ class Batch:
         if isinstance(getattr(self.model, name, None), np.ndarray):
           raise ValueError(f"{name} is asset data, shared by all simulations: not expandable")
         raise ValueError(f"unknown model field {name}" + _did_you_mean(name, _mjb.MODEL_FIELDS))
-      if _is_integer(self.model, field) and field not in _INT_PARAMS:
+      if _is_integer(self.model, field) and field not in _INT_PARAMS | _TYPES_AT_USE.keys():
         raise ValueError(
           f"{name} is a structural field (an index, address, count, type or size), it cannot "
           "vary per simulation: a wrong value would make MuJoCo read out of bounds"
@@ -548,7 +600,9 @@ class Batch:
       src = mb.expand(field)
       if field == "opt.enableflags":
         self._enableflags = src
-      allowed = _INT_PARAMS.get(field, _ANY)
+      allowed: _Allowed | _TypeAtUse = _INT_PARAMS.get(field, _ANY)
+      if field in _TYPES_AT_USE:
+        allowed = _TYPES_AT_USE[field](self.model)
       if allowed is not _ANY:
         self._ranged.append((field, src, allowed))
       arr = src
