@@ -117,6 +117,8 @@ NB_MODULE(_mjbatch_jax, m) {
   }, "The error message for the first mjcb_* callback that is a Python function, or ''.");
 
   m.def("open_engines", [] { return OpenEngineCount(); }, "How many engines are open.");
+  m.def("engine_open", [](int64_t id) { return FindEngine(id) != nullptr; }, nb::arg("id"),
+        "Whether the engine with this id is open (some Simulator still owns it).");
   m.def("forked_from", &ForkedFrom, nb::arg("id"),
         "The id of the process that forked this one if the engine was open there, else 0.");
 

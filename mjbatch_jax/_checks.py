@@ -14,6 +14,7 @@ import mujoco
 import numpy as np
 from jax.core import Tracer
 
+from mjbatch_jax import _programs
 from mjbatch_jax._extension import ext
 from mjbatch_jax.params import Params, SimSpec
 
@@ -34,6 +35,7 @@ def check_params(params: Any) -> SimSpec:
     handle.check_process()
   if spec.closed:
     raise ValueError(f"the Simulator of these params (engine {spec.engine}) is closed")
+  _programs.used(spec.engine)
   return spec
 
 

@@ -12,6 +12,7 @@ import jax
 import mujoco
 import numpy as np
 
+from mjbatch_jax import _programs
 from mjbatch_jax._extension import ext
 from mjbatch_jax.layout import StateLayout
 
@@ -37,6 +38,7 @@ class EngineHandle:
 
   def __init__(self, model: mujoco.MjModel, num_threads: int):
     self.id = ext.open_engine(model._address, num_threads)
+    _programs.opened(self.id)
     self._lock = threading.Lock()
     self._open = True
     self.pid = os.getpid()
@@ -67,16 +69,24 @@ class EngineHandle:
         " method"
       )
 
-  def close(self) -> None:
+  def close(self, release: bool = True) -> None:
+    """Give up this ownership; the last one frees the engine, and then its JAX programs are
+    released with those of other engines closed for good (see _programs) when release."""
     with self._lock:
-      if self._open:
-        self._open = False
-        ext.close_engine(self.id)
+      if not self._open:
+        return
+      self._open = False
+      ext.close_engine(self.id)
+      if self.pid == os.getpid() and not ext.engine_open(self.id):
+        _programs.closed(self.id)
+    if release:
+      _programs.release_if_due()
 
   def __del__(self) -> None:
     # During interpreter shutdown ext may already be gone; the engine goes with the process.
+    # Not here the clearing of JAX's caches: a collection can run anywhere, inside JAX too.
     try:
-      self.close()
+      self.close(release=False)
     except Exception:
       pass
 

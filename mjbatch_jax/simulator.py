@@ -10,7 +10,7 @@ import jax.numpy as jnp
 import mujoco
 import numpy as np
 
-from mjbatch_jax import _checks
+from mjbatch_jax import _checks, _programs
 from mjbatch_jax._extension import ext
 from mjbatch_jax.layout import StateLayout
 from mjbatch_jax.names import Names
@@ -57,6 +57,7 @@ class Simulator:
         f"num_threads must be an int in [0, {MAX_THREADS}] (0: one per CPU; at most 4 per CPU),"
         f" got {num_threads!r}"
       )
+    _programs.release_if_due()  # programs of engines closed for good, before new ones come
     self._model = copy.copy(model)
     self._requested_threads = int(num_threads)
     self._handle = EngineHandle(self._model, self._requested_threads)

@@ -392,3 +392,47 @@ def test_exit_status_constants_agree():
   assert distributed.EXIT_PEER_LOST == launch.EXIT_PEER_LOST == 75
   assert launch.describe(-9) == "was killed by SIGKILL"
   assert launch.describe(2) == "exited with code 2"
+
+
+# -- processes that never arrive ----------------------------------------------------------------
+
+SETUP_ONLY = textwrap.dedent("""
+  import os, sys
+  import mujoco
+  from mjbatch_jax import distributed
+  from tests.models import CARTPOLE_XML
+  if sys.argv[1:] == ["leave"] and os.environ.get("MJBATCH_JAX_PROCESS_ID") == "1":
+    sys.exit(0)  # leaves before setup, cleanly
+  distributed.setup(mujoco.MjModel.from_xml_string(CARTPOLE_XML), 4, num_threads=1)
+  print("set up")
+""")
+
+
+def test_a_process_that_never_arrives_is_named_with_status_75(env):
+  """Process 1 of a job never starts, and (another job) process 0 never does: the one that
+  started stops within MJBATCH_JAX_START_TIMEOUT with PeerLostError naming the missing one and
+  status 75, where JAX alone aborts it after a minute with a C++ "Check failure"."""
+  runs = {}
+  for me in (0, 1):
+    job = {**env, "MJBATCH_JAX_START_TIMEOUT": "3", "MJBATCH_JAX_NUM_PROCESSES": "2",
+           "MJBATCH_JAX_PROCESS_ID": str(me),
+           "MJBATCH_JAX_COORDINATOR": f"127.0.0.1:{launch.free_port()}"}
+    runs[me] = subprocess.Popen([sys.executable, "-c", SETUP_ONLY], env=job, cwd=ROOT,
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+  outs = {me: proc.communicate(timeout=90) for me, proc in runs.items()}
+  for me, proc in runs.items():
+    assert proc.returncode == distributed.EXIT_PEER_LOST, outs[me][1][-3000:]
+    assert "PeerLostError" in outs[me][1] and "Check failure" not in outs[me][1]
+  assert "process 1 of 2 never arrived at the coordinator" in outs[0][1], outs[0][1][-2000:]
+  assert "process 0 never answered at the coordinator" in outs[1][1], outs[1][1][-2000:]
+
+
+@pytest.mark.slow
+def test_a_process_that_leaves_before_setup_is_named(tmp_path, env):
+  script = tmp_path / "leave.py"
+  script.write_text(SETUP_ONLY)
+  out = run_launcher(["-n", "2", str(script), "leave"],
+                     {**env, "MJBATCH_JAX_START_TIMEOUT": "5"}, tmp_path)
+  survivor = "\n".join(lines_of(out.stderr, 0))
+  assert "PeerLostError" in survivor and "process 1 of 2 never arrived" in survivor, out.stderr
+  assert "exited with code 75" in out.stderr, out.stderr[-3000:]
