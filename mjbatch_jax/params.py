@@ -1,5 +1,6 @@
 """Per-simulation model values as a JAX pytree that also names its simulator."""
 
+import copy
 import dataclasses
 import hashlib
 import os
@@ -271,8 +272,6 @@ class Params(Mapping):
     return Params(self._spec, self._values, self._owner)
 
   def __deepcopy__(self, memo: dict) -> "Params":
-    import copy
-
     return Params(self._spec, copy.deepcopy(self._values, memo), self._owner)
 
   def tree_flatten(self) -> tuple[tuple[Any, ...], SimSpec]:
