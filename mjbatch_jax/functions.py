@@ -36,8 +36,9 @@ def _undifferentiated(name: str, return_warnings: bool, return_errors: bool, new
   return _NOT_DIFFERENTIABLE.format(name=name, option=option, what=what)
 
 
-def _derivative_options(eps: Any, centered: Any) -> tuple[float | None, bool]:
-  return (None if eps is None else _checks.check_eps(eps)), _checks.check_bool("centered", centered)
+def _derivative_options(eps: Any, centered: Any) -> tuple[float | None, bool | None]:
+  h = None if eps is None else _checks.check_eps(eps)
+  return h, None if centered is None else _checks.check_bool("centered", centered)
 
 
 def step(
@@ -47,7 +48,7 @@ def step(
   nstep: int = 1,
   return_warnings: bool = False,
   eps: float | None = None,
-  centered: bool = False,
+  centered: bool | None = None,
   observe: Sequence[str] = (),
   observe_at: str = "new",
   return_errors: bool = False,
@@ -141,7 +142,7 @@ def rollout(
   nstep: int = 1,
   return_warnings: bool = False,
   eps: float | None = None,
-  centered: bool = False,
+  centered: bool | None = None,
   observe: Sequence[str] = (),
   observe_at: str = "new",
   return_errors: bool = False,

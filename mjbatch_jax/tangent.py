@@ -10,6 +10,8 @@ import jax
 import jax.numpy as jnp
 import mujoco
 
+from mjbatch_jax import rotations
+
 _FREE = int(mujoco.mjtJoint.mjJNT_FREE)
 _BALL = int(mujoco.mjtJoint.mjJNT_BALL)
 
@@ -35,54 +37,16 @@ class Joints:
     )
 
 
-def quat_multiply(a: jax.Array, b: jax.Array) -> jax.Array:
-  """Hamilton product of (..., 4) quaternions, w first, as mju_mulQuat."""
-  aw, ax, ay, az = (a[..., i] for i in range(4))
-  bw, bx, by, bz = (b[..., i] for i in range(4))
-  return jnp.stack(
-    [
-      aw * bw - ax * bx - ay * by - az * bz,
-      aw * bx + ax * bw + ay * bz - az * by,
-      aw * by - ax * bz + ay * bw + az * bx,
-      aw * bz + ax * by - ay * bx + az * bw,
-    ],
-    axis=-1,
-  )
-
-
-def _quat_integrate(quat: jax.Array, vel: jax.Array, scale: float) -> jax.Array:
-  """Rotate quat by the body-frame rotation vector vel * scale, then normalize."""
-  norm = jnp.linalg.norm(vel, axis=-1, keepdims=True)
-  safe = jnp.where(norm > 0, norm, 1.0)
-  axis = jnp.where(norm > 0, vel / safe, jnp.array([1.0, 0.0, 0.0], vel.dtype))
-  half = 0.5 * scale * norm
-  rotation = jnp.concatenate([jnp.cos(half), axis * jnp.sin(half)], axis=-1)
-  out = quat_multiply(quat, rotation)
-  return out / jnp.linalg.norm(out, axis=-1, keepdims=True)
-
-
-def _quat_difference(qa: jax.Array, qb: jax.Array) -> jax.Array:
-  """Rotation vector taking qb to qa (qb^-1 qa), as mju_subQuat."""
-  conjugate = qb * jnp.array([1.0, -1.0, -1.0, -1.0], qb.dtype)
-  dq = quat_multiply(conjugate, qa)
-  vec = dq[..., 1:]
-  sin_half = jnp.linalg.norm(vec, axis=-1, keepdims=True)
-  angle = 2 * jnp.arctan2(sin_half, dq[..., :1])
-  angle = jnp.where(angle > jnp.pi, angle - 2 * jnp.pi, angle)
-  safe = jnp.where(sin_half > 0, sin_half, 1.0)
-  return jnp.where(sin_half > 0, vec / safe * angle, 0.0)
-
-
 def integrate_pos(joints: Joints, qpos: jax.Array, qvel: jax.Array, scale: float) -> jax.Array:
   """qpos (..., nq) moved by qvel (..., nv) * scale on the manifold, as mj_integratePos."""
   out = qpos
   for kind, qa, da in zip(joints.types, joints.qposadr, joints.dofadr, strict=True):
     if kind == _FREE:
       out = out.at[..., qa : qa + 3].add(scale * qvel[..., da : da + 3])
-      quat = _quat_integrate(out[..., qa + 3 : qa + 7], qvel[..., da + 3 : da + 6], scale)
+      quat = rotations.integrate(out[..., qa + 3 : qa + 7], qvel[..., da + 3 : da + 6], scale)
       out = out.at[..., qa + 3 : qa + 7].set(quat)
     elif kind == _BALL:
-      quat = _quat_integrate(out[..., qa : qa + 4], qvel[..., da : da + 3], scale)
+      quat = rotations.integrate(out[..., qa : qa + 4], qvel[..., da : da + 3], scale)
       out = out.at[..., qa : qa + 4].set(quat)
     else:
       out = out.at[..., qa].add(scale * qvel[..., da])
@@ -96,11 +60,11 @@ def differentiate_pos(joints: Joints, qpos1: jax.Array, qpos2: jax.Array, dt: fl
   for kind, qa, da in zip(joints.types, joints.qposadr, joints.dofadr, strict=True):
     if kind == _FREE:
       parts.append((qpos2[..., qa : qa + 3] - qpos1[..., qa : qa + 3]) / dt)
-      rot = _quat_difference(qpos2[..., qa + 3 : qa + 7], qpos1[..., qa + 3 : qa + 7]) / dt
+      rot = rotations.difference(qpos2[..., qa + 3 : qa + 7], qpos1[..., qa + 3 : qa + 7]) / dt
       parts.append(rot)
       order += [da, da + 3]
     elif kind == _BALL:
-      parts.append(_quat_difference(qpos2[..., qa : qa + 4], qpos1[..., qa : qa + 4]) / dt)
+      parts.append(rotations.difference(qpos2[..., qa : qa + 4], qpos1[..., qa : qa + 4]) / dt)
       order.append(da)
     else:
       parts.append((qpos2[..., qa : qa + 1] - qpos1[..., qa : qa + 1]) / dt)

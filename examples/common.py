@@ -1,0 +1,325 @@
+"""What the examples share: paths, command-line flags, saved results, timing, plots and videos.
+
+An example holds its task (model, cost or reward, what it prints); this module holds the rest, once.
+Examples run as scripts from this folder, so they import it as `import common`:
+
+  parser = argparse.ArgumentParser(description="...")
+  common.add_standard_args(parser, "my_task")
+  args = common.parse(parser, argv)               # args.out defaults to results/my_task.npz
+  common.save_result(args.out, "my_task", {"ctrl": ctrl}, {"cost": cost}, version=VERSION)
+  arrays, meta = common.load_result(args.out, "my_task", version=VERSION)
+  print(common.render(model, rows, args.out.with_suffix(".gif")))
+"""
+
+import argparse
+import contextlib
+import dataclasses
+import hashlib
+import json
+import os
+import time
+from collections.abc import Callable, Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+import jax
+import mujoco
+import numpy as np
+
+EXAMPLES = Path(__file__).resolve().parent
+RESULTS = EXAMPLES / "results"
+# MuJoCo Menagerie's robots, in the folder ../shared/models beside the checkout.
+MODELS = EXAMPLES.parents[1] / "shared" / "models"
+G1_SCENE = MODELS / "unitree_g1" / "scene.xml"
+GO1_SCENE = MODELS / "unitree_go1" / "scene.xml"
+
+
+# -- the command line ----------------------------------------------------------------------------
+
+
+def int_in(lo: int, hi: int, what: str) -> Callable[[str], int]:
+  """An argparse type: an integer in [lo, hi], refused with a message naming what it is."""
+
+  def parse(text: str) -> int:
+    try:
+      value = int(text)
+    except ValueError:
+      value = None
+    if value is None or not lo <= value <= hi:
+      raise argparse.ArgumentTypeError(f"must be an integer in [{lo}, {hi}] ({what}), got "
+                                       f"{text!r}")
+    return value
+
+  return parse
+
+
+def positive_float(what: str) -> Callable[[str], float]:
+  """An argparse type: a finite number > 0."""
+
+  def parse(text: str) -> float:
+    try:
+      value = float(text)
+    except ValueError:
+      value = float("nan")
+    if not (np.isfinite(value) and value > 0):
+      raise argparse.ArgumentTypeError(f"must be a finite number > 0 ({what}), got {text!r}")
+    return value
+
+  return parse
+
+
+def add_standard_args(parser: argparse.ArgumentParser, name: str, threads: int = 0) -> None:
+  """--threads, --seed, --results, --out and --play, the flags every solver example has.
+
+  parse() fills args.out with RESULTS/<name>.npz (under --results) when it is not given.
+  """
+  cpus = os.cpu_count() or 1
+  parser.add_argument("--threads", type=int_in(0, 4 * cpus, "physics threads, 0: one per CPU"),
+                      default=threads, help=f"physics threads (default {threads}; 0: one per CPU)")
+  parser.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
+  parser.add_argument("--results", type=Path, default=RESULTS,
+                      help="folder for the result, its plot and video (default examples/results)")
+  parser.add_argument("--out", type=Path, default=None,
+                      help=f"the result file to write, or with --play to replay (default "
+                           f"RESULTS/{name}.npz)")
+  parser.add_argument("--play", action="store_true",
+                      help="replay the saved result headless: metrics, plot and video")
+  parser.set_defaults(result_name=name)
+
+
+def parse(parser: argparse.ArgumentParser, argv: Sequence[str] | None = None) -> argparse.Namespace:
+  """parser.parse_args, with args.out defaulting to RESULTS/<name>.npz."""
+  args = parser.parse_args(argv)
+  if getattr(args, "out", None) is None and hasattr(args, "result_name"):
+    args.out = args.results / f"{args.result_name}.npz"
+  return args
+
+
+# -- saved results -------------------------------------------------------------------------------
+
+
+def fingerprint(*parts: Any) -> str:
+  """A short hash of what a result depends on (model XML, constants), to refuse stale results."""
+  return hashlib.sha256(repr(parts).encode()).hexdigest()[:16]
+
+
+def model_fingerprint(model: mujoco.MjModel, *parts: Any) -> str:
+  """fingerprint() of a compiled model's bytes and of parts."""
+  size = mujoco.mj_sizeModel(model)
+  buffer = np.empty(size, np.uint8)
+  mujoco.mj_saveModel(model, None, buffer)
+  return hashlib.sha256(buffer.tobytes() + repr(parts).encode()).hexdigest()[:16]
+
+
+def _plain(value: Any) -> Any:
+  """JSON-ready: numpy and JAX scalars and arrays become numbers and lists."""
+  if dataclasses.is_dataclass(value) and not isinstance(value, type):
+    return _plain(dataclasses.asdict(value))
+  if isinstance(value, dict):
+    return {str(k): _plain(v) for k, v in value.items()}
+  if isinstance(value, list | tuple):
+    return [_plain(v) for v in value]
+  if isinstance(value, Path):
+    return str(value)
+  if isinstance(value, np.ndarray | jax.Array | np.generic):
+    return np.asarray(value).tolist()
+  return value
+
+
+def save_result(path: Path, kind: str, arrays: dict[str, Any], meta: dict[str, Any] | None = None,
+                version: str = "") -> Path:
+  """Write arrays and JSON metadata to path (.npz) atomically: never a half-written file."""
+  path = Path(path)
+  path.parent.mkdir(parents=True, exist_ok=True)
+  header = {"kind": kind, "version": version, "meta": _plain(meta or {})}
+  tmp = path.with_name(path.name + ".tmp.npz")
+  values: dict[str, Any] = {key: np.asarray(value) for key, value in arrays.items()}
+  values["__header__"] = np.array(json.dumps(header))
+  np.savez(tmp, **values)
+  tmp.replace(path)
+  return path
+
+
+def load_result(path: Path, kind: str, version: str | None = None,
+                keys: Sequence[str] = ()) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
+  """(arrays, meta) of a result saved by save_result; SystemExit saying why it cannot be used.
+
+  Args:
+    path: the .npz file.
+    kind: the example that must have saved it.
+    version: if given, the fingerprint it must have been saved with (model and constants).
+    keys: arrays it must hold.
+  """
+  path = Path(path)
+  if not path.is_file():
+    raise SystemExit(f"no result file {path}: run the example without --play first to make it")
+  try:
+    with np.load(path, allow_pickle=False) as saved:
+      arrays = {key: saved[key] for key in saved.files}
+    header = json.loads(str(arrays.pop("__header__")))
+  except (OSError, ValueError, KeyError) as e:
+    raise SystemExit(f"{path} is not a result saved by an example (.npz with a header): "
+                     f"{type(e).__name__}: {e}") from None
+  if header.get("kind") != kind:
+    raise SystemExit(f"{path} is a {header.get('kind')!r} result, not a {kind!r} one")
+  if version is not None and header.get("version") != version:
+    raise SystemExit(f"{path} was saved for another version of the model or task "
+                     f"({header.get('version')}, this script's is {version}): solve again")
+  missing = [key for key in keys if key not in arrays]
+  if missing:
+    raise SystemExit(f"{path} lacks {missing}: it was saved by an older {kind}; solve again")
+  return arrays, header.get("meta", {})
+
+
+def write_json(path: Path, value: Any) -> Path:
+  """value as indented JSON at path (numpy and JAX values made plain)."""
+  path = Path(path)
+  path.parent.mkdir(parents=True, exist_ok=True)
+  path.write_text(json.dumps(_plain(value), indent=2) + "\n")
+  return path
+
+
+def print_summary(value: dict[str, Any]) -> None:
+  """value as one JSON line on stdout: the last line an example prints, for scripts and tests."""
+  print(json.dumps(_plain(value)), flush=True)
+
+
+# -- timing --------------------------------------------------------------------------------------
+
+
+@dataclasses.dataclass
+class Stopwatch:
+  """Wall and CPU seconds (all of the process's threads: XLA's and MuJoCo's) of a block."""
+
+  wall: float = 0.0
+  cpu: float = 0.0
+
+  @contextlib.contextmanager
+  def __call__(self) -> Iterator["Stopwatch"]:
+    wall, cpu = time.perf_counter(), time.process_time()
+    try:
+      yield self
+    finally:
+      self.wall += time.perf_counter() - wall
+      self.cpu += time.process_time() - cpu
+
+
+def timed(*calls: tuple, repeats: int = 3) -> list[float]:
+  """Least CPU seconds of each (fn, *args) call, compiled first, the calls interleaved.
+
+  On a shared machine wall time measures the neighbours as much as the call; CPU time of all
+  threads does not, and interleaving keeps slow drifts out of the ratios.
+  """
+  for fn, *args in calls:
+    jax.block_until_ready(fn(*args))
+  spent: list[list[float]] = [[] for _ in calls]
+  for _ in range(repeats):
+    for (fn, *args), times in zip(calls, spent, strict=True):
+      begin = time.process_time()
+      jax.block_until_ready(fn(*args))
+      times.append(time.process_time() - begin)
+  return [float(np.min(t)) for t in spent]
+
+
+# -- plots and videos ----------------------------------------------------------------------------
+
+
+def pyplot() -> Any:
+  """matplotlib.pyplot on the file-only Agg backend, or None (with a line saying so)."""
+  try:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+  except ImportError:
+    print("plot: skipped (matplotlib is not installed; pip install matplotlib)")
+    return None
+  return plt
+
+
+def save_figure(fig: Any, path: Path, dpi: int = 100) -> Path:
+  path = Path(path)
+  path.parent.mkdir(parents=True, exist_ok=True)
+  fig.tight_layout()
+  fig.savefig(path, dpi=dpi)
+  import matplotlib.pyplot as plt
+
+  plt.close(fig)
+  print(f"plot: {path}")
+  return path
+
+
+def _first_line(e: BaseException) -> str:
+  text = str(e)
+  return text.splitlines()[0] if text else ""
+
+
+def render(model: mujoco.MjModel, rows: np.ndarray, path: Path, fps: float, *,
+           camera: str | int | mujoco.MjvCamera = -1, track_body: str | None = None,
+           distance: float = 3.0, azimuth: float = 140.0, elevation: float = -15.0,
+           height: int = 240, width: int = 320, geomgroups: Sequence[int] = (0, 1, 2),
+           qpos_only: bool = False) -> str:
+  """A GIF (or MP4 with imageio) of states at fps frames per second; returns what it did.
+
+  Rows are mjSTATE_INTEGRATION rows (or qpos with qpos_only). Rendering needs an offscreen GL
+  (MUJOCO_GL=egl and pyopengl here); without one it says why and writes nothing.
+
+  Args:
+    model: the model the rows belong to.
+    rows: (T, nstate) rows, or (T, nq) positions with qpos_only, one per frame.
+    path: .gif (PIL) or .mp4 (imageio).
+    fps: frames per second of the file.
+    camera: a camera of the model (name or id), or an MjvCamera; -1: a free camera that follows
+      track_body (or looks at the origin) from distance, azimuth and elevation.
+    track_body: the body a free camera follows.
+    geomgroups: geom groups to show (robots often put collision geoms in group 3).
+  """
+  path = Path(path)
+  try:
+    renderer = mujoco.Renderer(model, height, width)
+  except Exception as e:  # noqa: BLE001  (a missing or broken GL stack fails in many ways)
+    return (f"video: skipped (mujoco.Renderer with MUJOCO_GL={os.environ.get('MUJOCO_GL')} "
+            f"failed: {type(e).__name__}: {_first_line(e)}; MUJOCO_GL=egl and pyopengl render "
+            "headless)")
+  shown = mujoco.MjvOption()
+  shown.geomgroup[:] = 0
+  for group in geomgroups:
+    shown.geomgroup[group] = 1
+  free = None
+  if not isinstance(camera, str | mujoco.MjvCamera) and camera == -1:
+    free = mujoco.MjvCamera()
+    free.distance, free.azimuth, free.elevation = distance, azimuth, elevation
+  track = None
+  if track_body is not None:
+    track = mujoco.mj_name2id(model, mujoco.mjtObj.mjOBJ_BODY, track_body)
+    if track < 0:
+      raise ValueError(f"render: the model has no body named {track_body!r}")
+  data = mujoco.MjData(model)
+  frames = []
+  with renderer:
+    for row in np.asarray(rows, np.float64):
+      if qpos_only:
+        data.qpos[:] = row
+      else:
+        mujoco.mj_setState(model, data, row, mujoco.mjtState.mjSTATE_INTEGRATION)
+      mujoco.mj_forward(model, data)
+      if free is not None:
+        free.lookat[:] = data.xpos[track] if track is not None else 0.0
+      renderer.update_scene(data, camera=free if free is not None else camera, scene_option=shown)
+      frames.append(renderer.render())
+  if not frames:
+    return "video: skipped (no frames)"
+  path.parent.mkdir(parents=True, exist_ok=True)
+  if path.suffix == ".mp4":
+    try:
+      import imageio.v3 as iio  # pyright: ignore[reportMissingImports]
+    except ImportError as e:
+      return f"video: skipped ({len(frames)} frames rendered, no MP4 writer: {_first_line(e)})"
+    iio.imwrite(path, np.stack(frames), fps=fps)
+  else:
+    from PIL import Image
+
+    images = [Image.fromarray(frame) for frame in frames]
+    images[0].save(path, save_all=True, append_images=images[1:],
+                   duration=round(1000 / fps), loop=0)
+  return f"video: {path} ({len(frames)} frames)"

@@ -1,0 +1,158 @@
+"""Quaternions and rotation vectors in JAX, with MuJoCo's conventions.
+
+Quaternions are (..., 4) arrays, w first, as MuJoCo stores them (qpos of free and ball joints,
+xquat, site frames). Rotation vectors are (..., 3): axis times angle. Every function works on any
+leading dimensions, under jit, vmap and grad; the maps between the two forms keep exact, finite
+derivatives at the zero rotation, so they can sit inside a cost or a residual.
+
+  q = rotations.exp(jnp.array([0.0, 0.0, jnp.pi / 2]))   # a quarter turn about z
+  v = rotations.rotate(q, jnp.array([1.0, 0.0, 0.0]))    # -> (0, 1, 0)
+  err = rotations.difference(q_target, q)                 # rotation vector from q to q_target
+"""
+
+import jax
+import jax.numpy as jnp
+from jax.typing import ArrayLike
+
+# Below this squared norm of a rotation vector (or of a quaternion's vector part) the maps use
+# their Taylor limits: the general formulas divide by the norm.
+_TINY = 1e-24
+
+
+def multiply(a: ArrayLike, b: ArrayLike) -> jax.Array:
+  """The Hamilton product a b of (..., 4) quaternions, as mju_mulQuat."""
+  a, b = jnp.asarray(a), jnp.asarray(b)
+  aw, ax, ay, az = (a[..., i] for i in range(4))
+  bw, bx, by, bz = (b[..., i] for i in range(4))
+  return jnp.stack(
+    [
+      aw * bw - ax * bx - ay * by - az * bz,
+      aw * bx + ax * bw + ay * bz - az * by,
+      aw * by - ax * bz + ay * bw + az * bx,
+      aw * bz + ax * by - ay * bx + az * bw,
+    ],
+    axis=-1,
+  )
+
+
+def conjugate(q: ArrayLike) -> jax.Array:
+  """The conjugate (the inverse of a unit quaternion), as mju_negQuat."""
+  q = jnp.asarray(q)
+  return q * jnp.array([1.0, -1.0, -1.0, -1.0], q.dtype)
+
+
+def rotate(q: ArrayLike, v: ArrayLike) -> jax.Array:
+  """(..., 3) vectors v rotated by the unit quaternions q (frame to world), as mju_rotVecQuat."""
+  q, v = jnp.asarray(q), jnp.asarray(v)
+  w, u = q[..., :1], q[..., 1:]
+  t = 2 * jnp.cross(u, v)
+  return v + w * t + jnp.cross(u, t)
+
+
+def rotate_inverse(q: ArrayLike, v: ArrayLike) -> jax.Array:
+  """(..., 3) world vectors v in the frame of the unit quaternions q (the inverse rotation)."""
+  return rotate(conjugate(q), v)
+
+
+def exp(v: ArrayLike) -> jax.Array:
+  """(..., 3) rotation vectors -> (..., 4) unit quaternions (the exponential map)."""
+  v = jnp.asarray(v)
+  n2 = jnp.sum(v * v, axis=-1, keepdims=True)
+  small = n2 < _TINY
+  n = jnp.sqrt(jnp.where(small, 1.0, n2))
+  sin_over_n = jnp.where(small, 0.5, jnp.sin(0.5 * n) / n)
+  return jnp.concatenate([jnp.where(small, 1.0, jnp.cos(0.5 * n)), sin_over_n * v], axis=-1)
+
+
+def log(q: ArrayLike) -> jax.Array:
+  """(..., 4) unit quaternions -> (..., 3) rotation vectors of angle in [0, pi] (the log map).
+
+  q and -q are the same rotation and give the same vector.
+  """
+  q = jnp.asarray(q)
+  q = jnp.where(q[..., :1] < 0, -q, q)
+  w, u = q[..., 0], q[..., 1:]
+  n2 = jnp.sum(u * u, axis=-1)
+  small = n2 < _TINY
+  n = jnp.sqrt(jnp.where(small, 1.0, n2))
+  # 2 / w is the limit at zero rotation: its derivative there is exact, not NaN.
+  scale = jnp.where(small, 2.0 / w, 2.0 * jnp.arctan2(n, w) / n)
+  return scale[..., None] * u
+
+
+def from_axis_angle(axis: ArrayLike, angle: ArrayLike) -> jax.Array:
+  """Unit quaternions of rotations by angle (...,) about axis (..., 3) (normalised here)."""
+  axis, angle = jnp.asarray(axis), jnp.asarray(angle)
+  axis = axis / jnp.linalg.norm(axis, axis=-1, keepdims=True)
+  return exp(axis * angle[..., None])
+
+
+def integrate(q: ArrayLike, omega: ArrayLike, dt: ArrayLike = 1.0) -> jax.Array:
+  """q turned by the body-frame angular velocity omega for dt, as mju_quatIntegrate.
+
+  q exp(omega dt), normalised as MuJoCo normalises it.
+  """
+  out = multiply(q, exp(jnp.asarray(omega) * jnp.asarray(dt)[..., None]))
+  return out / jnp.linalg.norm(out, axis=-1, keepdims=True)
+
+
+def difference(qa: ArrayLike, qb: ArrayLike) -> jax.Array:
+  """The rotation vector in qb's frame that turns qb into qa: log(qb^-1 qa), as mju_subQuat."""
+  return log(multiply(conjugate(qb), qa))
+
+
+def to_matrix(q: ArrayLike) -> jax.Array:
+  """(..., 3, 3) rotation matrices of unit quaternions (..., 4), as mju_quat2Mat."""
+  q = jnp.asarray(q)
+  w, x, y, z = (q[..., i] for i in range(4))
+  rows = [
+    [1 - 2 * (y * y + z * z), 2 * (x * y - w * z), 2 * (x * z + w * y)],
+    [2 * (x * y + w * z), 1 - 2 * (x * x + z * z), 2 * (y * z - w * x)],
+    [2 * (x * z - w * y), 2 * (y * z + w * x), 1 - 2 * (x * x + y * y)],
+  ]
+  return jnp.stack([jnp.stack(row, axis=-1) for row in rows], axis=-2)
+
+
+def from_matrix(mat: ArrayLike) -> jax.Array:
+  """(..., 4) unit quaternions (w >= 0) of rotation matrices (..., 3, 3), as mju_mat2Quat.
+
+  Each row takes the best-conditioned of the four standard formulas for its matrix.
+  """
+  m = jnp.asarray(mat)
+  m00, m11, m22 = m[..., 0, 0], m[..., 1, 1], m[..., 2, 2]
+  trace = m00 + m11 + m22
+  candidates = jnp.stack(
+    [
+      jnp.stack([1 + trace, m[..., 2, 1] - m[..., 1, 2], m[..., 0, 2] - m[..., 2, 0],
+                 m[..., 1, 0] - m[..., 0, 1]], axis=-1),
+      jnp.stack([m[..., 2, 1] - m[..., 1, 2], 1 + m00 - m11 - m22, m[..., 0, 1] + m[..., 1, 0],
+                 m[..., 0, 2] + m[..., 2, 0]], axis=-1),
+      jnp.stack([m[..., 0, 2] - m[..., 2, 0], m[..., 0, 1] + m[..., 1, 0], 1 - m00 + m11 - m22,
+                 m[..., 1, 2] + m[..., 2, 1]], axis=-1),
+      jnp.stack([m[..., 1, 0] - m[..., 0, 1], m[..., 0, 2] + m[..., 2, 0],
+                 m[..., 1, 2] + m[..., 2, 1], 1 - m00 - m11 + m22], axis=-1),
+    ],
+    axis=-2,
+  )
+  # Candidate k has 4 q_k^2 in its own slot: the largest is the best conditioned.
+  pivots = jnp.stack([1 + trace, 1 + m00 - m11 - m22, 1 - m00 + m11 - m22, 1 - m00 - m11 + m22],
+                     axis=-1)
+  best = jnp.argmax(pivots, axis=-1)
+  q = jnp.take_along_axis(candidates, best[..., None, None], axis=-2)[..., 0, :]
+  q = q / jnp.linalg.norm(q, axis=-1, keepdims=True)
+  return jnp.where(q[..., :1] < 0, -q, q)
+
+
+__all__ = [
+  "conjugate",
+  "difference",
+  "exp",
+  "from_axis_angle",
+  "from_matrix",
+  "integrate",
+  "log",
+  "multiply",
+  "rotate",
+  "rotate_inverse",
+  "to_matrix",
+]
