@@ -60,6 +60,8 @@ VARIANTS: dict[str, tuple[float, bool | None, bool]] = {
   "default": (1e-6, None, True),
   "centered": (1e-6, True, True),
   "eps 1e-8": (1e-8, False, False),
+  "forward 1e-8": (1e-8, False, True),
+  "default 1e-8": (1e-8, None, True),
 }
 SECANT_STEP = 1e-7
 SMOOTH = 1e-3

@@ -103,7 +103,7 @@ Extra ExtraStage(std::string_view name) {
 }
 
 template <typename T>
-void CopyField(const DataField& field, const mjData* d, T* out, std::size_t row) {
+void CopyField(const DataField& field, const mjData* d, T* to) {
   const char* at = reinterpret_cast<const char*>(d) + field.offset;
   const mjtNum* values;
   if (field.inline_array) {
@@ -111,7 +111,7 @@ void CopyField(const DataField& field, const mjData* d, T* out, std::size_t row)
   } else {
     std::memcpy(&values, at, sizeof(values));
   }
-  Convert(out + row * field.size, values, field.size);
+  Convert(to, values, field.size);
 }
 
 // The calls that some of a set of fields need beyond mj_forward.
@@ -130,26 +130,27 @@ struct ExtraStages {
   }
 };
 
-// Copy fields out of d into row `row` of outputs: after mj_forward and the extra stages they
-// need if forward (else as d stands), and qfrc_inverse after mj_inverse, which reuses
-// mj_forward's qacc but rewrites other fields, so it runs last. Owns no C++ objects: it runs
-// under mjb_apply, where a MuJoCo error unwinds with longjmp.
-template <typename T>
-void ObserveFields(const mjModel* m, mjData* d, const std::vector<DataField>& fields,
-                   const std::vector<T*>& outputs, std::size_t row, const ExtraStages& stages,
-                   bool forward) {
+// Copy fields out of d, field f to where(f): after mj_forward and the extra stages they need if
+// forward (else as d stands), and qfrc_inverse after mj_inverse, which reuses mj_forward's qacc
+// but rewrites other fields, so it runs last. With a regime, the constraints mj_forward made are
+// folded into it. Owns no C++ objects: it runs under mjb_apply, where a MuJoCo error unwinds with
+// longjmp.
+template <typename Where>
+void ObserveFields(const mjModel* m, mjData* d, const std::vector<DataField>& fields, Where where,
+                   const ExtraStages& stages, bool forward, uint64_t* regime = nullptr) {
   if (forward) {
     mj_forward(m, d);
+    if (regime) *regime = FoldRegime(m, d, *regime);
     if (stages.subtree_vel) mj_subtreeVel(m, d);
     if (stages.rne_post) mj_rnePostConstraint(m, d);
   }
   for (std::size_t f = 0; f < fields.size(); ++f) {
-    if (ExtraStage(fields[f].name) != Extra::kInverse) CopyField(fields[f], d, outputs[f], row);
+    if (ExtraStage(fields[f].name) != Extra::kInverse) CopyField(fields[f], d, where(f));
   }
   if (!stages.inverse) return;
   mj_inverse(m, d);
   for (std::size_t f = 0; f < fields.size(); ++f) {
-    if (ExtraStage(fields[f].name) == Extra::kInverse) CopyField(fields[f], d, outputs[f], row);
+    if (ExtraStage(fields[f].name) == Extra::kInverse) CopyField(fields[f], d, where(f));
   }
 }
 
@@ -186,8 +187,10 @@ void RolloutSim(const mjModel* m, mjData* d, int sim, void* arg) {
       // At the new state: mj_forward reads the row and writes only derived fields, none of
       // which the next mj_step reads (it starts with its own mj_forward), so the trajectory is
       // the same with or without it.
-      ObserveFields(m, d, *a->observe->fields, *a->observe->outputs, knot, a->stages,
-                    a->observe->new_state);
+      const auto& fields = *a->observe->fields;
+      const auto& outputs = *a->observe->outputs;
+      auto where = [&](std::size_t f) { return outputs[f] + knot * fields[f].size; };
+      ObserveFields(m, d, fields, where, a->stages, a->observe->new_state);
     }
   }
   mj_freeStack(d);
@@ -208,7 +211,9 @@ struct ForwardArgs {
 template <typename T>
 void ForwardSim(const mjModel* m, mjData* d, int sim, void* arg) {
   auto* a = static_cast<ForwardArgs<T>*>(arg);
-  ObserveFields(m, d, *a->fields, *a->outputs, sim, a->stages, /*forward=*/true);
+  const std::size_t row = sim;
+  auto where = [&](std::size_t f) { return (*a->outputs)[f] + row * (*a->fields)[f].size; };
+  ObserveFields(m, d, *a->fields, where, a->stages, /*forward=*/true);
 }
 
 struct TransitionArgs {
@@ -225,15 +230,21 @@ void TransitionSim(const mjModel* m, mjData* d, int sim, void* arg) {
                    a->C ? a->C + s * ns * nx : nullptr, a->D ? a->D + s * ns * nu : nullptr);
 }
 
+const std::vector<DataField> kNoFields;
+
 struct StepRowsArgs {
   double* states;
   double* sensordata;
   uint64_t* regimes;
   int nstep;
+  const Rows* in;
+  double* observed;  // n x in->observe_width, fields side by side
+  ExtraStages stages;
 };
 
-// mjb_apply function: nstep substeps of one loaded row, recording the row, sensordata and the
-// regime of every substep.
+// mjb_apply function: nstep substeps of one loaded row (none: mj_forward alone), recording the
+// row, sensordata, the observed fields at the new state (after mj_forward there) and the regime
+// of every substep and of that mj_forward.
 void StepRowSim(const mjModel* m, mjData* d, int row, void* arg) {
   auto* a = static_cast<StepRowsArgs*>(arg);
   std::size_t nstate = mj_stateSize(m, mjSTATE_INTEGRATION), ns = m->nsensordata;
@@ -244,7 +255,16 @@ void StepRowSim(const mjModel* m, mjData* d, int row, void* arg) {
     regime = FoldRegime(m, d, regime);
   }
   mj_getState(m, d, a->states + r * nstate, mjSTATE_INTEGRATION);
-  Convert(a->sensordata + r * ns, d->sensordata, ns);
+  // After the last substep, as rollout records it; with no substep, at the state itself.
+  if (a->nstep > 0) Convert(a->sensordata + r * ns, d->sensordata, ns);
+  const Rows& in = *a->in;
+  if (in.observe || a->nstep == 0) {
+    const std::vector<DataField>& fields = in.observe ? *in.observe : kNoFields;
+    double* out = a->observed + r * in.observe_width;
+    auto where = [&](std::size_t f) { return out + (*in.observe_offsets)[f]; };
+    ObserveFields(m, d, fields, where, a->stages, /*forward=*/true, &regime);
+  }
+  if (a->nstep == 0) Convert(a->sensordata + r * ns, d->sensordata, ns);
   a->regimes[r] = regime;
 }
 
@@ -769,8 +789,12 @@ Status Engine::TransitionFD(const Inputs<T>& in, double eps, bool centered, T* A
 }
 
 Status Engine::StepRows(const Rows& in, int nstep, double* states, double* sensordata,
-                        uint64_t* regimes) {
-  if (nstep < 1) return Status::InvalidArgument("nstep must be >= 1");
+                        uint64_t* regimes, double* observed) {
+  if (nstep < 0) return Status::InvalidArgument("nstep must be >= 0");
+  if (in.observe && (!observed || !in.observe_offsets)) {
+    return Status::InvalidArgument("observed fields need their output and offsets");
+  }
+  const ExtraStages stages = in.observe ? ExtraStages::Of(*in.observe) : ExtraStages();
   if (in.n == 0) return Status();
   const std::size_t ns = model_->nsensordata, width = ParamWidth(in.fields);
   Status status;
@@ -793,7 +817,8 @@ Status Engine::StepRows(const Rows& in, int nstep, double* states, double* senso
       if (!status.ok()) return status;
       if (nfail) return RowsFailure(slot, in, start, count);
     }
-    StepRowsArgs args{states + start * nstate_, sensordata + start * ns, regimes + start, nstep};
+    StepRowsArgs args{states + start * nstate_, sensordata + start * ns, regimes + start, nstep,
+                      &in, observed ? observed + start * in.observe_width : nullptr, stages};
     status = Call([&] {
       nfail = mjb_apply(slot->batch, ids, count, StepRowSim, &args, /*save=*/0);
     });

@@ -73,6 +73,12 @@ struct Rows {
   // whether it is a perturbed copy (nullptr: none is).
   const std::size_t* sim = nullptr;
   const bool* perturbed = nullptr;
+  // mjData fields to record at the new state (after mj_forward there, as rollout observes with
+  // observe_at="new"), side by side in a row of observe_width values, field f at
+  // observe_offsets[f]; nullptr: none.
+  const std::vector<DataField>* observe = nullptr;
+  const std::vector<std::size_t>* observe_offsets = nullptr;
+  std::size_t observe_width = 0;
 };
 
 // Simulations of one model on MuJoCo batches. Thread-safe: concurrent calls each lease a batch of
@@ -141,11 +147,13 @@ class Engine {
   template <typename T>
   Status TransitionFD(const Inputs<T>& in, double eps, bool centered, T* A, T* B, T* C, T* D);
 
-  // Advance each row by nstep substeps on the pool and write its row (n x nstate), sensordata
-  // (n x nsensordata) and regime (n, see regime.h: a hash of the switches of the dynamics it
-  // met at every substep) after them.
+  // Advance each row by nstep substeps on the pool (0: run mj_forward on it alone) and write
+  // its row (n x nstate), sensordata (n x nsensordata, after the last substep as rollout
+  // records it, or mj_forward's), regime (n, see regime.h: a hash of the switches of the
+  // dynamics it met at every substep and at the observing mj_forward) and the observed fields
+  // (n x in.observe_width, may be nullptr without in.observe) after them.
   Status StepRows(const Rows& in, int nstep, double* states, double* sensordata,
-                  uint64_t* regimes);
+                  uint64_t* regimes, double* observed = nullptr);
 
  private:
   struct Slot;
