@@ -104,8 +104,13 @@ Extra ExtraStage(std::string_view name) {
 
 template <typename T>
 void CopyField(const DataField& field, const mjData* d, T* to) {
-  mjtNum* values;
-  std::memcpy(&values, reinterpret_cast<const char*>(d) + field.offset, sizeof(values));
+  const char* at = reinterpret_cast<const char*>(d) + field.offset;
+  const mjtNum* values;
+  if (field.inline_array) {
+    values = reinterpret_cast<const mjtNum*>(at);
+  } else {
+    std::memcpy(&values, at, sizeof(values));
+  }
   Convert(to, values, field.size);
 }
 
@@ -346,10 +351,33 @@ int Engine::ProbeParamSize(const std::string& field, std::string* error) const {
   return size;
 }
 
-bool Engine::FindDataField(std::string_view name, DataField* field, std::string* error) const {
-  if (name == "qHDiagInv") {
-    *error = "'qHDiagInv' is computed only inside mj_step by the implicit integrators";
+bool Engine::FindDataField(std::string_view name, DataField* field, std::string* error,
+                           bool in_step) const {
+  // Scratch of mj_step's integrators (Euler's implicit damping, implicit, implicitfast): written
+  // inside the step and not kept with the state, so a batch's per-thread MjData would hold
+  // another simulation's values.
+  if (name == "qH" || name == "qHDiagInv" || name == "qDeriv" || name == "qLU") {
+    *error = "'" + std::string(name) + "' is scratch of mj_step's integrators, computed inside the "
+             "step and not kept with the state, so it cannot be returned per simulation";
     return false;
+  }
+  if (in_step && ExtraStage(name) != Extra::kNone) {
+    *error = "'" + std::string(name) + "' is not computed by mj_step (mj_forward's callers compute "
+             "it after it): observe it with observe_at='new'";
+    return false;
+  }
+  if (name == "energy") {
+    if (!(model_->opt.enableflags & mjENBL_ENERGY)) {
+      *error = "'energy' is computed only with the energy flag: enable it in the model "
+               "(<option><flag energy=\"enable\"/></option>, or model.opt.enableflags |= "
+               "mujoco.mjtEnableBit.mjENBL_ENERGY before making the Simulator)";
+      return false;
+    }
+    field->name = "energy";
+    field->offset = offsetof(mjData, energy);
+    field->size = 2;
+    field->inline_array = true;
+    return true;
   }
   const mjModel* m = model_;
 #undef MJ_M
@@ -564,10 +592,41 @@ Status Engine::Run(const Inputs<T>& in, Fn run_chunk) {
   return Status();
 }
 
+void Engine::Failures::Record(const mjBatch* batch, std::size_t start, int count,
+                              int32_t* errors) {
+  const int* status = mjb_status(batch);
+  for (int i = 0; i < count; ++i) {
+    if (errors) errors[start + i] = status[i] ? 1 : 0;
+    if (!status[i]) continue;
+    if (ids.empty()) first = mjb_error(batch, i);
+    ids.push_back(start + i);
+  }
+}
+
+Status Engine::Failures::ToStatus() const {
+  if (ids.empty()) return Status();
+  std::string message = "sim " + std::to_string(ids[0]) + ": " + first;
+  if (ids.size() > 1) {
+    // Runs of consecutive ids as ranges, so that the message stays short when many failed.
+    message += " (" + std::to_string(ids.size()) + " simulations failed: ";
+    for (std::size_t i = 0; i < ids.size();) {
+      std::size_t j = i;
+      while (j + 1 < ids.size() && ids[j + 1] == ids[j] + 1) ++j;
+      if (i) message += ", ";
+      message += std::to_string(ids[i]);
+      if (j > i) message += "-" + std::to_string(ids[j]);
+      i = j + 1;
+    }
+    message += ")";
+  }
+  return Status::Simulation(message);
+}
+
 template <typename T>
-Status Engine::Step(const Inputs<T>& in, int nstep, T* state_out, int32_t* warnings) {
+Status Engine::Step(const Inputs<T>& in, int nstep, T* state_out, int32_t* warnings,
+                    int32_t* errors) {
   if (nstep < 1) return Status::InvalidArgument("nstep must be >= 1");
-  Status first_failure;
+  Failures failures;
   Status status = Run(in, [&](Slot* slot, std::size_t start, int count) {
     mjBatch* b = slot->batch;
     const int* ids = count == slot->capacity ? nullptr : slot->ids.data();
@@ -583,25 +642,31 @@ Status Engine::Step(const Inputs<T>& in, int nstep, T* state_out, int32_t* warni
         out[k] = stat[k].number;
       }
     }
-    if (nfail && first_failure.ok()) first_failure = Failure(slot, start, count, nfail);
+    if (nfail || errors) failures.Record(b, start, count, errors);
     return Status();
   });
-  return status.ok() ? first_failure : status;
+  if (!status.ok()) return status;
+  return errors ? Status() : failures.ToStatus();
 }
 
 template <typename T>
 Status Engine::Rollout(const Inputs<T>& in, int nknot, int nstep, const T* ctrls,
                        T* states_out, T* sensordata_out, int32_t* warnings,
-                       const Observation<T>* observe) {
+                       const Observation<T>* observe, int32_t* errors) {
   if (nstep < 1 || nknot < 0) return Status::InvalidArgument("need nstep >= 1 and nknot >= 0");
   ExtraStages stages;
   if (observe) {
     if (observe->fields->size() != observe->outputs->size()) {
       return Status::InvalidArgument("observe needs one output per field");
     }
+    for (const DataField& field : *observe->fields) {
+      if (!observe->new_state && ExtraStage(field.name) != Extra::kNone) {
+        return Status::InvalidArgument("'" + field.name + "' is not computed by mj_step");
+      }
+    }
     stages = ExtraStages::Of(*observe->fields);
   }
-  Status first_failure;
+  Failures failures;
   std::vector<T*> chunk_outputs;
   Observation<T> chunk_observe;
   Status status = Run(in, [&](Slot* slot, std::size_t start, int count) {
@@ -628,20 +693,31 @@ Status Engine::Rollout(const Inputs<T>& in, int nknot, int nstep, const T* ctrls
     });
     if (!call.ok()) return call;
     if (nfail) {
-      // A failed simulation's knots are its input row, as step gives a failed one back.
+      // A failed simulation's knots are its input row, as step gives a failed one back, and its
+      // records zeros: what the failed run left there is not a result.
       const int* failed = mjb_status(slot->batch);
+      const std::size_t ns = model_->nsensordata;
       for (int i = 0; i < count; ++i) {
         if (!failed[i]) continue;
+        const std::size_t sim = start + i;
         for (int k = 0; k < nknot; ++k) {
-          std::memcpy(states_out + ((start + i) * nknot + k) * nstate_,
-                      in.state + (start + i) * nstate_, nstate_ * sizeof(T));
+          std::memcpy(states_out + (sim * nknot + k) * nstate_, in.state + sim * nstate_,
+                      nstate_ * sizeof(T));
+        }
+        if (sensordata_out) std::fill_n(sensordata_out + sim * nknot * ns, nknot * ns, T(0));
+        if (observe) {
+          for (std::size_t f = 0; f < observe->fields->size(); ++f) {
+            const std::size_t size = (*observe->fields)[f].size;
+            std::fill_n((*observe->outputs)[f] + sim * nknot * size, nknot * size, T(0));
+          }
         }
       }
-      if (first_failure.ok()) first_failure = Failure(slot, start, count, nfail);
     }
+    if (nfail || errors) failures.Record(slot->batch, start, count, errors);
     return Status();
   });
-  return status.ok() ? first_failure : status;
+  if (!status.ok()) return status;
+  return errors ? Status() : failures.ToStatus();
 }
 
 template <typename T>
@@ -651,7 +727,7 @@ Status Engine::Forward(const Inputs<T>& in, const std::vector<DataField>& fields
     return Status::InvalidArgument("forward needs one output per field");
   }
   const ExtraStages stages = ExtraStages::Of(fields);
-  Status first_failure;
+  Failures failures;
   Status status = Run(in, [&](Slot* slot, std::size_t start, int count) {
     std::vector<T*> chunk_outputs;
     for (std::size_t f = 0; f < fields.size(); ++f) {
@@ -664,10 +740,10 @@ Status Engine::Forward(const Inputs<T>& in, const std::vector<DataField>& fields
       nfail = mjb_apply(slot->batch, ids, count, ForwardSim<T>, &args, /*save=*/0);
     });
     if (!call.ok()) return call;
-    if (nfail && first_failure.ok()) first_failure = Failure(slot, start, count, nfail);
+    if (nfail) failures.Record(slot->batch, start, count, nullptr);
     return Status();
   });
-  return status.ok() ? first_failure : status;
+  return status.ok() ? failures.ToStatus() : status;
 }
 
 template <typename T>
@@ -681,7 +757,7 @@ Status Engine::TransitionFD(const Inputs<T>& in, double eps, bool centered, T* A
   }
   const std::size_t nx = 2 * model_->nv + model_->na, nu = model_->nu;
   const std::size_t ns = model_->nsensordata;
-  Status first_failure;
+  Failures failures;
   std::vector<double> a, b, c, d;
   Status status = Run(in, [&](Slot* slot, std::size_t start, int count) {
     const std::size_t n = count;
@@ -706,10 +782,10 @@ Status Engine::TransitionFD(const Inputs<T>& in, double eps, bool centered, T* A
       Convert(C + start * ns * nx, c.data(), c.size());
       Convert(D + start * ns * nu, d.data(), d.size());
     }
-    if (nfail && first_failure.ok()) first_failure = Failure(slot, start, count, nfail);
+    if (nfail) failures.Record(slot->batch, start, count, nullptr);
     return Status();
   });
-  return status.ok() ? first_failure : status;
+  return status.ok() ? failures.ToStatus() : status;
 }
 
 Status Engine::StepRows(const Rows& in, int nstep, double* states, double* sensordata,
@@ -766,9 +842,9 @@ Status Engine::RowsFailure(Slot* slot, const Rows& in, std::size_t start, int co
 }
 
 #define MJBATCH_JAX_INSTANTIATE(T)                                                            \
-  template Status Engine::Step<T>(const Inputs<T>&, int, T*, int32_t*);                       \
+  template Status Engine::Step<T>(const Inputs<T>&, int, T*, int32_t*, int32_t*);             \
   template Status Engine::Rollout<T>(const Inputs<T>&, int, int, const T*, T*, T*, int32_t*,  \
-                                     const Observation<T>*);                                  \
+                                     const Observation<T>*, int32_t*);                        \
   template Status Engine::Forward<T>(const Inputs<T>&, const std::vector<DataField>&,         \
                                      const std::vector<T*>&);                                 \
   template Status Engine::TransitionFD<T>(const Inputs<T>&, double, bool, T*, T*, T*, T*);

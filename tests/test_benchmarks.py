@@ -251,14 +251,14 @@ def test_instructions_benchmark_rejects_unknown_paths(tmp_path: Path) -> None:
 
 
 def test_soak_reports_every_phase(tmp_path: Path) -> None:
-  _run("soak.py", "--calls", "200", "--cycles", "20", "--errors", "20", "--checkpoints", "5",
-       "--out", str(tmp_path))
+  _run("soak.py", "--calls", "200", "--cycles", "20", "--errors", "20", "--models", "20",
+       "--checkpoints", "5", "--out", str(tmp_path))
   data = _only_json(tmp_path, "soak-*.json")
   assert list(tmp_path.glob("soak-*.png"))
   phases = data["phases"]
   # Iterations of each phase: 200 calls make 2 scans of 100 steps.
   planned = {"step_loop": 200, "step_scan": 2, "simulator_cycles": 20, "batch_cycles": 20,
-             "simulation_errors": 20, "argument_errors": 20}
+             "distinct_models": 20, "simulation_errors": 20, "argument_errors": 20}
   assert set(phases) == set(planned)
   for name, phase in phases.items():
     assert phase["iterations"] == planned[name] and phase["stopped_early"] is None, name
@@ -267,6 +267,8 @@ def test_soak_reports_every_phase(tmp_path: Path) -> None:
       assert point["rss_mb"] > 0 and point["fds"] > 0 and point["threads"] > 0, name
     assert set(phase["growth_after_warmup"]) == {"rss_mb", "fds", "threads"}
   assert phases["simulation_errors"]["caught"] == {"SimulationError": 20}
+  # 20 models closed for good release their programs twice (8 at a time).
+  assert phases["distinct_models"]["program_releases"] == 2
   assert phases["argument_errors"]["caught"] == {"ValueError": 20}
 
 
