@@ -184,7 +184,7 @@ def _solver(model: Any) -> dict[str, Any]:
 def available_envs(which: str) -> list[str]:
   """The envs of a run: a comma-separated list, "all", or (default) one env per dm_control
   model and task kind (15) and the locomotion envs, the must-show pair first."""
-  from mujoco_playground import registry
+  from mujoco_playground import registry  # pyright: ignore[reportMissingImports]
 
   if which == "all":
     return [*registry.dm_control_suite.ALL_ENVS, *LOCOMOTION]
