@@ -40,6 +40,7 @@ import difflib
 import functools
 import importlib
 import os
+import re
 import struct
 import tempfile
 import types
@@ -655,8 +656,6 @@ def _overlay(root: Path, overlay: Path) -> Path:
 @functools.cache
 def _meshes_playground_names() -> dict[str, set[str]]:
   """Menagerie mesh files Playground's XMLs name, by robot folder."""
-  import re
-
   mujoco_playground = importlib.import_module("mujoco_playground")
   pattern = re.compile(r'file="[^"]*mujoco_menagerie/([^/"]+)/assets/([^"/]+)"')
   out: dict[str, set[str]] = {}
