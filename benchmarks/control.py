@@ -103,14 +103,14 @@ def ilqr_cases(model: mujoco.MjModel, knots: int, threads: int) -> tuple[dict, d
   @jax.jit
   def line_search_steps(first, us):
     def knot(x, u):
-      x, obs, warnings = mjbatch_jax.step(x, u, p_line, nstep=NSTEP, observe=("xpos",),
-                                          return_warnings=True)
-      return x, (obs["xpos"], warnings)
+      x, obs, warnings, errors = mjbatch_jax.step(x, u, p_line, nstep=NSTEP, observe=("xpos",),
+                                                  return_warnings=True, return_errors=True)
+      return x, (obs["xpos"], warnings, errors)
     return jax.lax.scan(knot, first, us)
 
   nominal = jax.jit(lambda s, u: (
     mjbatch_jax.rollout(s[None], u[None], p_one, nstep=NSTEP, observe=("xpos",),
-                        return_warnings=True),
+                        return_warnings=True, return_errors=True),
     mjbatch_jax.forward(s[None], p_one, ("xpos",))))
   line_first = jnp.broadcast_to(start, (steps, sim.nstate))
   line_ctrls = jnp.broadcast_to(ctrls[:, None], (knots, steps, nu))
@@ -186,7 +186,7 @@ def sampling_cases(samples: int, threads: int) -> tuple[dict, dict]:
   starts = jnp.broadcast_to(start, (samples, sim.nstate))
   candidates = jnp.zeros((samples, knots, sim.nu))
   physics = jax.jit(lambda s, c, s1: (
-    mjbatch_jax.rollout(s, c, p_k, nstep=substeps, return_warnings=True),
+    mjbatch_jax.rollout(s, c, p_k, nstep=substeps, return_warnings=True, return_errors=True),
     mjbatch_jax.rollout(s1[None], c[:1, :1], p_one, nstep=substeps)))
 
   # The user's alternative: the same predictive sampling in numpy around mujoco.rollout.

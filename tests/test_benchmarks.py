@@ -390,6 +390,7 @@ def test_scaling_rejects_slow_peer_configs_outside_the_grid(tmp_path: Path) -> N
   assert "--slow-peer-configs must be among" in proc.stderr
 
 
+@pytest.mark.slow
 def test_control_benchmark_reports_both_planners(tmp_path: Path) -> None:
   model = tmp_path / "arm.xml"
   model.write_text(

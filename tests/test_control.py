@@ -121,6 +121,7 @@ def test_ilqr_is_jittable_and_warm_starts(point):
                                 np.broadcast_to(np.asarray(first.ctrls[-1]), (3, 2)))
 
 
+@pytest.mark.slow
 def test_ilqr_keeps_controls_in_their_box(point):
   horizon = 30
   result = control.ilqr(quadratic_cost(point, horizon), point.params(1), point_start(point),
@@ -137,6 +138,7 @@ def test_ilqr_keeps_controls_in_their_box(point):
 
 
 def test_box_qp_matches_enumerated_active_sets():
+  box_qp = jax.jit(control.box_qp, static_argnums=5)
   rng = np.random.default_rng(0)
   for _ in range(20):
     m = 3
@@ -144,8 +146,8 @@ def test_box_qp_matches_enumerated_active_sets():
     h = root @ root.T + 0.1 * np.eye(m)
     g = rng.normal(size=m) * 3
     lower, upper = -rng.uniform(0.1, 1, m), rng.uniform(0.1, 1, m)
-    d, gain, pd = control.box_qp(jnp.asarray(h), jnp.asarray(g), jnp.eye(m), jnp.asarray(lower),
-                                 jnp.asarray(upper), 20)
+    d, gain, pd = box_qp(jnp.asarray(h), jnp.asarray(g), jnp.eye(m), jnp.asarray(lower),
+                         jnp.asarray(upper), 20)
     best = np.inf
     # Every assignment of each entry to free, lower or upper: the feasible KKT point is the
     # minimum of a strictly convex QP.
@@ -289,6 +291,7 @@ def test_a_diverging_candidate_never_aborts_a_planning_step(point):
     assert int(info.failed) == 15 and np.all(np.isfinite(np.asarray(plan.knots)))
 
 
+@pytest.mark.slow
 def test_receding_horizon_is_the_planner_then_the_first_control(point):
   horizon = 10
   cost = quadratic_cost(point, horizon)
@@ -419,3 +422,31 @@ def test_sampling_with_observations_and_per_candidate_params(point):
   expected = 10.0 * 0.5 * np.sum(r[:, :3] ** 2) + 0.5 * np.sum(r[:, 3:] ** 2)
   assert float(info.nominal_cost) == pytest.approx(expected, rel=1e-12)
   assert float(info.cost) <= float(info.nominal_cost)
+
+
+def test_a_candidate_whose_simulation_errors_costs_infinity_and_the_plan_goes_on():
+  from tests.test_partial import PILE, SPHERES
+
+  model = mujoco.MjModel.from_xml_string(PILE)
+  with mjbatch_jax.Simulator(model, num_threads=2) as sim:
+    samples, jam = 32, 5
+    spheres = list(range(2, 2 + SPHERES))
+    params = sim.params(samples, ("geom_pos",), select={"geom_pos": spheres}, set_const=True)
+    # Candidate 5's spheres drawn into one another: its every step overflows MuJoCo's stack, a
+    # MuJoCo error, which the rollout's partial results keep as that candidate's error code.
+    into = np.array([[0.05 * i - i % 4, -(i // 4), 0.01 * i] for i in range(SPHERES)])
+    params = params.replace({"geom_pos": params["geom_pos"].at[jam].set(into)})
+    slide = sim.layout.qpos.start
+
+    def residual(x, u, obs, t):
+      return jnp.concatenate([x[slide : slide + 1] - 1.0, 0.1 * u])
+
+    cost = control.Cost(residual, (control.Term(1), control.Term(1)))
+    settings = control.SamplingSettings("predictive", samples, 4, noise=0.5)
+    planner = control.sampling(cost, params, horizon=10, nstep=2, settings=settings)
+    plan, state = planner.init(), sim.init_state(1)[0]
+    step = control.receding_horizon(planner, sim.params(1))
+    for k in range(5):
+      state, plan, info = step(state, plan, jax.random.PRNGKey(k))
+      assert int(info.failed) == 1 and np.isfinite(float(info.cost))
+    assert float(state[slide]) > 0.0  # the cart moved towards its target

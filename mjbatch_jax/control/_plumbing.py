@@ -154,9 +154,10 @@ class Tangent:
     return rows.at[..., self.rest].add(dx[..., self.nv :])
 
 
-def diverged(warnings: jax.Array) -> jax.Array:
-  """(...,) whether MuJoCo reset a simulation (bad qpos/qvel/qacc) or zeroed its controls."""
-  return jnp.any(warnings[..., _DIVERGED] > 0, axis=-1)
+def failed(warnings: jax.Array, errors: jax.Array) -> jax.Array:
+  """(...,) whether a simulation had a MuJoCo error (partial results: `return_errors`), or
+  MuJoCo reset it (bad qpos/qvel/qacc) or zeroed its controls."""
+  return jnp.any(warnings[..., _DIVERGED] > 0, axis=-1) | (errors != 0)
 
 
 def observe_shapes(spec: SimSpec, observe: tuple[str, ...]) -> dict[str, tuple[int, ...]]:
@@ -238,15 +239,16 @@ def is_concrete(*trees: Any) -> bool:
 def simulate(cost: cost_lib.Cost, params_one: Params, start: jax.Array, ctrls: jax.Array,
              nstep: int) -> tuple[jax.Array, dict, jax.Array]:
   """The trajectory of ctrls (T, nu) from start: states (T + 1, nstate) and obs, whether it
-  diverged."""
+  failed (a MuJoCo error, or MuJoCo reset it)."""
   fields = cost.observe
   if fields:
-    states, _, obs, warnings = fn.rollout(start[None], ctrls[None], params_one, nstep=nstep,
-                                          observe=fields, return_warnings=True)
+    states, _, obs, warnings, errors = fn.rollout(
+      start[None], ctrls[None], params_one, nstep=nstep, observe=fields, return_warnings=True,
+      return_errors=True)
     first = fn.forward(start[None], params_one, fields)
     obs = {k: jnp.concatenate([first[k], obs[k][0]]) for k in fields}
   else:
-    states, _, warnings = fn.rollout(start[None], ctrls[None], params_one, nstep=nstep,
-                                     return_warnings=True)
+    states, _, warnings, errors = fn.rollout(start[None], ctrls[None], params_one, nstep=nstep,
+                                             return_warnings=True, return_errors=True)
     obs = {}
-  return jnp.concatenate([start[None], states[0]]), obs, diverged(warnings[0])
+  return jnp.concatenate([start[None], states[0]]), obs, failed(warnings[0], errors[0])

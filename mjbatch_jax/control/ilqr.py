@@ -13,7 +13,7 @@ Each iteration:
    line search), clamped controls getting no feedback; Q_uu + mu I regularised.
 3. forward pass: a lax.scan of `step` over the knots with every line-search step size a row of
    each call, the feedback gains closing the loop around the nominal trajectory; the cheapest
-   row is the candidate. A row that diverges (MuJoCo reset it) costs infinity.
+   row is the candidate. A row that fails (a MuJoCo error, or MuJoCo reset it) costs infinity.
 
 If no step size improves the cost, mu grows (times mu_fail_factor) and the backward pass and
 line search run again on the same linearisation, up to max_retries times; an accepted step
@@ -210,8 +210,8 @@ def _check_initial(cost, w, params, start, ctrls, nstep) -> None:
   one = pl.rows(params, 1)
   states, obs, bad = jax.jit(pl.simulate, static_argnums=(0, 4))(cost, one, start, ctrls, nstep)
   if bool(bad):
-    raise ValueError("the initial plan diverges (MuJoCo reset the simulation): ilqr needs an "
-                     "initial plan whose trajectory is finite; try smaller controls")
+    raise ValueError("the initial plan fails (a MuJoCo error, or MuJoCo reset the simulation): "
+                     "ilqr needs an initial plan whose trajectory is finite; try smaller controls")
   r = pl.plan_residuals(cost, states, ctrls, obs)
   where = pl.first_bad_knot(cost, w, r)
   if where is not None:
@@ -338,11 +338,13 @@ def _solve(cost, w, params, start, ctrls, lo, hi, mu0, nstep, iterations, settin
       u = u_nom + alphas[:, None] * k + tangent.difference(x_nom, x) @ gain.T
       u = jnp.clip(u, lo, hi)
       if cost.observe:
-        x, obs, warnings = fn.step(x, u, p_lines, nstep=nstep, observe=cost.observe,
-                                   return_warnings=True)
+        x, obs, warnings, errors = fn.step(x, u, p_lines, nstep=nstep, observe=cost.observe,
+                                           return_warnings=True, return_errors=True)
       else:
-        (x, warnings), obs = fn.step(x, u, p_lines, nstep=nstep, return_warnings=True), {}
-      return x, (x, u, obs, pl.diverged(warnings))
+        x, warnings, errors = fn.step(x, u, p_lines, nstep=nstep, return_warnings=True,
+                                      return_errors=True)
+        obs = {}
+      return x, (x, u, obs, pl.failed(warnings, errors))
 
     first = jnp.broadcast_to(states[0], (len(settings.step_sizes), spec.nstate))
     _, (xs, new_us, obs, bad) = jax.lax.scan(knot, first, (ks, gains, states[:-1], us))

@@ -10,7 +10,8 @@ from the same call's observations), and moves the plan:
 - "cem": to the mean of the num_elites cheapest (smoothed), and the sampling spread to their
   spread (floored at std_min): the cross-entropy method.
 
-A candidate that diverges (MuJoCo reset it: bad qpos, qvel, qacc or ctrl) or whose cost is NaN
+A candidate that fails (a MuJoCo error in its simulation, kept as its error code by the custom
+call's partial results; or MuJoCo reset it: bad qpos, qvel, qacc or ctrl) or whose cost is NaN
 costs infinity and the planning step goes on without it. The pure parts (`gaussian_samples`,
 `cem_update`, `mppi_update`) work on any vectors, for searches that are not plans.
 """
@@ -124,7 +125,7 @@ class SamplingInfo(NamedTuple):
     cost: the cheapest candidate's cost in the last iteration.
     nominal_cost: the incoming plan's cost (candidate 0 of the first iteration).
     mean_cost: the mean finite cost of the last iteration's candidates.
-    failed: how many of the last iteration's candidates diverged or cost NaN.
+    failed: how many of the last iteration's candidates failed (an error or a reset) or cost NaN.
   """
 
   cost: jax.Array
@@ -259,15 +260,17 @@ def _update(cost, w, params, start, plan, key, lo, hi, interp, spread, floor, ns
   def evaluate(candidates):
     ctrls = jnp.clip(jnp.einsum("tp,kpu->ktu", interp, candidates), lo, hi)
     if cost.observe:
-      states, _, obs, warnings = fn.rollout(starts, ctrls, p, nstep=nstep, observe=cost.observe,
-                                            return_warnings=True)
+      states, _, obs, warnings, errors = fn.rollout(
+        starts, ctrls, p, nstep=nstep, observe=cost.observe, return_warnings=True,
+        return_errors=True)
       obs = {f: jnp.concatenate([obs0[f][:, None], v], axis=1) for f, v in obs.items()}
     else:
-      states, _, warnings = fn.rollout(starts, ctrls, p, nstep=nstep, return_warnings=True)
+      states, _, warnings, errors = fn.rollout(starts, ctrls, p, nstep=nstep,
+                                               return_warnings=True, return_errors=True)
       obs = {}
     states = jnp.concatenate([starts[:, None], states], axis=1)
     costs = pl.plan_costs(cost, w, states, ctrls, obs)
-    return jnp.where(pl.diverged(warnings), jnp.inf, costs)
+    return jnp.where(pl.failed(warnings, errors), jnp.inf, costs)
 
   def iteration(carry, inputs):
     knots, std = carry
