@@ -35,7 +35,7 @@ import mujoco
 import numpy as np
 from jax.sharding import PartitionSpec
 
-from mjbatch_jax import rotations
+from mjbatch_jax import _checks, rotations
 from mjbatch_jax.functions import rollout
 from mjbatch_jax.params import Params
 from mjbatch_jax.simulator import Simulator
@@ -482,6 +482,8 @@ class Problem:
     dampings: Levenberg's dampings tried each iteration (as rows of one call), relative to the
       normal equations' mean curvature in scale units.
     max_step: the most any number moves in a step, in scale units.
+    eps, centered: the finite differences of the Jacobian, as `rollout` takes them (None: its
+      defaults).
 
   Example:
     qpos = sim.layout.qpos
@@ -499,6 +501,8 @@ class Problem:
   start_width: Any = None
   dampings: tuple[float, ...] = (0.0, 1e-8, 1e-6, 1e-4, 1e-2)
   max_step: float = 2.0
+  eps: float | None = None
+  centered: bool | None = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -645,6 +649,10 @@ def _check(problem: Problem, theta0: Any, windows: Windows) -> _Checked:
   n, names = parameters.size, parameters.names
   if isinstance(problem.nstep, bool) or not isinstance(problem.nstep, int) or problem.nstep < 1:
     raise ValueError(f"problem.nstep must be an int >= 1, got {problem.nstep!r}")
+  if problem.eps is not None:
+    _checks.check_eps(problem.eps)
+  if problem.centered is not None and not isinstance(problem.centered, bool):
+    raise ValueError(f"problem.centered must be None or a bool, got {problem.centered!r}")
   theta0 = _vector("theta0", parameters.initial if theta0 is None else theta0, n, names)
   widths = np.full(n, np.inf) if problem.prior_width is None else _vector(
     "prior_width", problem.prior_width, n, names, allow_inf=True, positive=True)
@@ -766,7 +774,8 @@ class _Program:
                 measured: Any) -> jax.Array:
     """(M, R): each row's residual, thetas (M, size), rows (M, nstate), ctrls (M, T, nu)."""
     states, sensordata = rollout(rows, ctrls, self.parameters.params(thetas),
-                                 nstep=self.problem.nstep)
+                                 nstep=self.problem.nstep, eps=self.problem.eps,
+                                 centered=self.problem.centered)
     r = jax.vmap(self.problem.residual)(states, sensordata, measured)
     return r.reshape(r.shape[0], -1)
 

@@ -254,9 +254,9 @@ def test_distributed_alone_equals_the_plain_fit(sim, monkeypatch):
   truth = parameters.initial
   data = recording(sim, parameters, truth)
   problem = problem_of(sim, parameters, scale=0.3, start_width=START_WIDTH)
-  plain = sysid.fit(problem, data, truth + OFFSET, iterations=4, tolerance=0.0)
+  plain = sysid.fit(problem, data, truth + OFFSET, iterations=2, tolerance=0.0)
   with mjbatch_jax.distributed.setup(sim.model, len(data.starts), num_threads=2) as dist:
-    mapped = sysid.fit(problem, data, truth + OFFSET, iterations=4, tolerance=0.0, dist=dist)
+    mapped = sysid.fit(problem, data, truth + OFFSET, iterations=2, tolerance=0.0, dist=dist)
     info = sysid.report(problem, data, mapped, dist=dist).information
   np.testing.assert_allclose(mapped.theta, plain.theta, rtol=1e-12)
   np.testing.assert_allclose(mapped.costs, plain.costs, rtol=1e-12)
@@ -304,6 +304,7 @@ def test_bad_inputs_are_refused_before_any_custom_call(sim):
     (problem, data._replace(ctrls=np.full((2, 50, 2), np.inf)), None, "ctrls has NaN or inf"),
     (problem_of(sim, parameters, nstep=0), data, None, "nstep must be an int >= 1"),
     (problem_of(sim, parameters, dampings=()), data, None, "dampings must be"),
+    (problem_of(sim, parameters, eps=-1.0), data, None, "eps must be a finite float > 0"),
     (sysid.Problem(parameters, lambda s, y, m: s[:, :3] - m), data, None,
      "problem.residual failed on one window's"),
     (sysid.Problem(parameters, lambda s, y, m: (s, m)), data, None,
