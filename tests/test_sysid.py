@@ -179,19 +179,25 @@ def test_maps_write_the_fields_and_name_their_numbers(sim):
   model = sim.model
   parameters = sysid.Parameters(sim, [sysid.Inertia(["link2"]), sysid.Field("opt.gravity"),
                                       sysid.Field("dof_damping", ["j2"], log=True),
-                                      sysid.Field("geom_friction", ["idle"])])
+                                      sysid.Field("geom_friction", ["idle"]),
+                                      sysid.Field("body_mass", ["link1"])])
   assert parameters.names[:2] == ("link2.log_mass", "link2.com_x")
   assert parameters.names[10:] == ("opt.gravity[0]", "opt.gravity[1]", "opt.gravity[2]",
                                    "log dof_damping[j2]", "geom_friction[idle][0]",
-                                   "geom_friction[idle][1]", "geom_friction[idle][2]")
+                                   "geom_friction[idle][1]", "geom_friction[idle][2]",
+                                   "body_mass[link1]")
   values = parameters.values(parameters.initial)
-  np.testing.assert_allclose(values["body_mass"], model.body_mass[2:3], rtol=1e-14)
+  # Two maps share body_mass: the inertia's row (link2) and the field's (link1), in that order.
+  np.testing.assert_allclose(values["body_mass"], model.body_mass[[2, 1]], rtol=1e-14)
+  heavier = parameters.values(np.r_[parameters.initial[:-1], 2.0])["body_mass"]
+  np.testing.assert_allclose(heavier, [model.body_mass[2], 2.0], rtol=1e-14)
   np.testing.assert_allclose(values["body_ipos"], model.body_ipos[2:3], atol=1e-15)
   np.testing.assert_allclose(values["body_inertia"], model.body_inertia[2:3], rtol=1e-12)
   np.testing.assert_allclose(values["opt.gravity"], model.opt.gravity)
   np.testing.assert_allclose(values["dof_damping"], model.dof_damping[1:2], rtol=1e-15)
   params = parameters.params(parameters.initial, 3)
   assert params["geom_friction"].shape == (3, 1, 3) and params["opt.gravity"].shape == (3, 3)
+  assert params["body_mass"].shape == (3, 2)
   # The model's own values simulate as the model does.
   state = sim.init_state(3).at[:, sim.layout.qvel].set(1.0)
   ctrls = jnp.ones((3, 20, 2))
