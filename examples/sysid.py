@@ -97,8 +97,10 @@ def arm_xml() -> str:
 """
 
 
-VERSION = common.fingerprint(arm_xml(), SUBSTEPS, SETTLE, HOME, NOISE_POS, NOISE_VEL, EXCITATIONS,
-                             WIDTH, GUESS)
+def version() -> str:
+  """The fingerprint saved results carry (not at import: JAX's distributed runtime starts first)."""
+  return common.fingerprint(arm_xml(), SUBSTEPS, SETTLE, HOME, NOISE_POS, NOISE_VEL, EXCITATIONS,
+                            WIDTH, GUESS)
 
 
 def multisine(rng: np.random.Generator, samples: int, kind: str) -> np.ndarray:
@@ -222,8 +224,7 @@ def fit_mujoco_sysid(arm: Arm, ctrls, q, v, theta0, window: int,
   for i in range(LINKS):
 
     def modifier(spec, p, i=i):
-      theta = np.array(arm.theta_true)
-      theta[i] = p.value
+      theta = np.concatenate([arm.theta_true[:i], p.value[None], arm.theta_true[i + 1:]])
       values = standard(arm, theta)[i]  # m, c, the full inertia's 6 entries
       body = spec.body(BODIES[i])
       body.mass, body.ipos, body.fullinertia = float(values[0]), values[1:4], values[4:]
@@ -271,8 +272,7 @@ def print_tables(arm: Arm, theta0, fits: dict) -> None:
                                       f"{e['inertia'][i]:7.1f} " for e in table.values()))
   for name, e in table.items():
     print(f"every parameter's error, {name} (m %, c mm, inertia % of the largest moment):")
-    print("  link" + "".join(f"{n:>7s}" for n in ("m", "cx", "cy", "cz", "Ixx", "Iyy", "Izz",
-                                                   "Ixy", "Ixz", "Iyz")))
+    print("  link" + "".join(f"{n:>7s}" for n in "m cx cy cz Ixx Iyy Izz Ixy Ixz Iyz".split()))
     for i in range(LINKS):
       print(f"  {i + 1:4d}" + "".join(f"{x:+7.1f}" for x in e["every"][i]))
   rank = int(fits[list(fits)[-1]]["rank"])
@@ -373,7 +373,7 @@ def solve(args: argparse.Namespace) -> dict:
   for (k, part), (q, v) in recorded.items():
     arrays.update({f"{k}_{part}_q": q, f"{k}_{part}_v": v, f"{k}_{part}_ctrl": commands[k, part]})
   if leader:
-    common.save_result(args.out, "sysid", arrays, meta, version=VERSION)
+    common.save_result(args.out, "sysid", arrays, meta, version=version())
     print(f"saved to {args.out}")
   dist.close()
   arm.sim.close()
@@ -382,7 +382,7 @@ def solve(args: argparse.Namespace) -> dict:
 
 def play(args: argparse.Namespace) -> dict:
   """Re-simulate the held-out recordings with the saved fits; print the tables and plot."""
-  arrays, meta = common.load_result(args.out, "sysid", version=VERSION,
+  arrays, meta = common.load_result(args.out, "sysid", version=version(),
                                     keys=("theta_true", "theta0", "seed_theta"))
   arm, kinds = Arm(args.threads), list(meta["kinds"])
   fits: dict[str, dict[str, Any]] = {k: {"rank": meta["rank"][k], **{
