@@ -378,13 +378,18 @@ def test_two_processes_equal_one(tmp_path):
                        timeout=400)
   assert two.returncode == 0, two.stdout + two.stderr
   alone = json.loads(one.stdout.strip().splitlines()[-1])
-  ranks = [json.loads(line.split("] ", 1)[1]) for line in two.stdout.splitlines()
-           if line.startswith(("[0] {", "[1] {"))]
+  printed = {line[1]: json.loads(line.split("] ", 1)[1]) for line in two.stdout.splitlines()
+             if line.startswith(("[0] {", "[1] {"))}  # in whichever order they came
+  ranks = [printed[k] for k in sorted(printed)]
   assert len(ranks) == 2
-  for rank in ranks:  # the same theta in every process, equal to one process's to rounding
-    np.testing.assert_allclose(rank["theta"], alone["theta"], rtol=1e-9)
-    np.testing.assert_allclose(rank["costs"], alone["costs"], rtol=1e-9)
-    np.testing.assert_allclose(rank["info"], alone["info"], rtol=1e-9)
+  # The same theta in every process, equal to one process's up to the order of the sums'
+  # rounding (amplified over the iterations by the normal equations' condition).
+  for rank in ranks:
+    np.testing.assert_allclose(rank["theta"], alone["theta"], rtol=1e-9, atol=1e-9)
+    np.testing.assert_allclose(rank["costs"], alone["costs"], rtol=1e-6, atol=1e-9)
+    np.testing.assert_allclose(rank["info"], alone["info"], rtol=1e-6,
+                               atol=1e-8 * np.max(np.abs(alone["info"])))
+  assert ranks[0]["theta"] == ranks[1]["theta"] and ranks[0]["costs"] == ranks[1]["costs"]
   # Each process holds its own windows' starts: process 0 the first two, process 1 the others.
   np.testing.assert_allclose(np.concatenate([ranks[0]["starts"], ranks[1]["starts"]]),
                              alone["starts"], atol=1e-12)
