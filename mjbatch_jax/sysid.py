@@ -133,7 +133,8 @@ class Parameters:
     maps: `Inertia` and `Field` maps; no two may write the same row of a field.
     set_const: recompute the derived constants from the params in every call, so that each
       simulation equals a model compiled with its values (needed for inertias, body positions,
-      ...; it cost +48% on a derivative call of examples/sysid.py's arm).
+      ...; one mj_setConst per simulation and call: +48% on a derivative call of the arm of
+      examples/sysid.py, per examples/results/sysid.log at commit d7f560b).
 
   Attributes:
     size: how many numbers theta has.
@@ -534,8 +535,9 @@ class Fit:
 class Report:
   """What the data say of each number at a fit: information, spreads, unidentifiable directions.
 
-  Everything is in scale units (a number over its scale), where the prior's curvature is
-  (scale / prior_width)^2.
+  The information, singular values and directions are in scale units (a number over its
+  scale), where a prior's curvature is (scale / prior_width)^2; std and prior_width are in the
+  numbers' own units.
 
   Attributes:
     names: the numbers' names.
