@@ -171,9 +171,8 @@ def standard(arm: Arm, theta) -> np.ndarray:
   values = {k: np.asarray(v) for k, v in arm.parameters.values(np.ravel(theta)).items()}
   rot = np.asarray(rotations.to_matrix(values["body_iquat"]))
   full = rot @ (values["body_inertia"][..., :, None] * rot.swapaxes(-1, -2))
-  index = ([0, 1, 2, 0, 0, 1], [0, 1, 2, 1, 2, 2])
   return np.concatenate([values["body_mass"][:, None], values["body_ipos"],
-                         full[:, index[0], index[1]]], axis=-1)
+                         full[:, [0, 1, 2, 0, 0, 1], [0, 1, 2, 1, 2, 2]]], axis=-1)
 
 
 def errors(arm: Arm, theta) -> dict[str, np.ndarray]:
@@ -223,11 +222,16 @@ def fit_mujoco_sysid(arm: Arm, ctrls, q, v, theta0, window: int,
   params = mj_sysid.ParameterDict()
   for i in range(LINKS):
 
-    def modifier(spec, p, i=i):
-      theta = np.concatenate([arm.theta_true[:i], p.value[None], arm.theta_true[i + 1:]])
-      values = standard(arm, theta)[i]  # m, c, the full inertia's 6 entries
+    def modifier(spec, p, i=i):  # numpy and MuJoCo's functions: it runs for every model
+      mass, (com, radii, frame) = np.exp(p.value[0]), np.split(p.value[1:], 3)
+      second, quat, rot = mass * np.exp(2 * radii), np.zeros(4), np.zeros(9)
+      angle = np.linalg.norm(frame)
+      mujoco.mju_axisAngle2Quat(quat, frame / max(angle, 1e-300), angle)
+      mujoco.mju_quat2Mat(rot, quat)
+      full = rot.reshape(3, 3) @ np.diag(second.sum() - second) @ rot.reshape(3, 3).T
       body = spec.body(BODIES[i])
-      body.mass, body.ipos, body.fullinertia = float(values[0]), values[1:4], values[4:]
+      body.mass, body.ipos = mass, com
+      body.fullinertia = full[[0, 1, 2, 0, 0, 1], [0, 1, 2, 1, 2, 2]]
 
     params.add(mj_sysid.Parameter(BODIES[i], theta0[i], theta0[i] - 4 * WIDTH,
                                   theta0[i] + 4 * WIDTH, modifier=modifier))
@@ -297,8 +301,7 @@ def solve(args: argparse.Namespace) -> dict:
   count, devices = args.samples // args.window, jax.device_count()
   if count % devices:
     raise SystemExit(f"--samples / --window = {count} windows must be a multiple of the "
-                     f"{devices} CPU devices of the {jax.process_count()} process(es): each "
-                     "device fits as many windows")
+                     f"{devices} CPU devices of the {jax.process_count()} process(es)")
   leader = jax.process_index() == 0
   if not leader:  # every process computes the same report; process 0 alone prints and saves
     sys.stdout = open(os.devnull, "w")  # noqa: SIM115  (until the process ends)
@@ -339,12 +342,9 @@ def solve(args: argparse.Namespace) -> dict:
         f"{fits['seed']['summary']}")
   mass = {k: float(np.abs(errors(arm, t)["mass"]).mean()) for k, t in thetas.items()}
   meta: dict[str, Any] = {"heldout_before": before, "heldout_after": after, "seconds": seconds,
-                          "mass_error": mass, "heldout": heldout, "kinds": kinds,
-                          "iterations": {k: f["iterations"] for k, f in fits.items()},
-                          "rank": {k: f["rank"] for k, f in fits.items()},
-                          "cpu_per_iteration": {k: f["cpu_per_iteration"] for k, f in fits.items()},
-                          "seconds_per_iteration": {k: f["seconds_per_iteration"]
-                                                    for k, f in fits.items()}}
+                          "mass_error": mass, "heldout": heldout, "kinds": kinds, **{
+                            key: {k: f[key] for k, f in fits.items()} for key in (
+                              "iterations", "rank", "cpu_per_iteration", "seconds_per_iteration")}}
   arrays: dict[str, Any] = {"theta_true": arm.theta_true, "theta0": theta0}
   mj_sysid = importlib.import_module("mujoco.sysid")  # it imports empty without its packages
   why = "it runs in one process" if jax.process_count() > 1 else None if hasattr(

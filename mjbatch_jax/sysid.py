@@ -914,9 +914,13 @@ class _Runner:
       self.fn = jax.jit(getattr(_Program(problem, checked, None), method))
       self.data = jax.tree.map(jnp.asarray, data)
     else:
-      self.fn = dist.map(getattr(_Program(problem, checked, dist.axis), method),
-                         out_specs=out_specs)
       self.data = dist.shard(_local_windows(data, dist))
+      # Given, not read from the arguments: on a one-device mesh JAX hands back the offsets as
+      # replicated, which would compile the step again for the second iteration.
+      rows = PartitionSpec(dist.axis)
+      self.fn = dist.map(getattr(_Program(problem, checked, dist.axis), method),
+                         out_specs=out_specs,
+                         in_specs=(PartitionSpec(), rows, jax.tree.map(lambda _: rows, self.data)))
     self.count = self.data.starts.shape[0] if dist is None else dist.num_local
     model = problem.parameters.sim.model
     self.nx = 2 * model.nv + model.na
