@@ -382,3 +382,17 @@ def test_scaling_rejects_slow_peer_configs_outside_the_grid(tmp_path: Path) -> N
   )
   assert proc.returncode != 0
   assert "--slow-peer-configs must be among" in proc.stderr
+
+
+@pytest.mark.slow
+def test_sysid_benchmark_reports_every_variant(tmp_path: Path) -> None:
+  out = tmp_path / "results"
+  _run("sysid.py", "--samples", "100", "--iterations", "2", "--skip-mujoco-sysid", "--out",
+       str(out))
+  rows = _only_json(out, "sysid-*.json")["rows"]
+  assert [row["variant"] for row in rows] == [
+    "starts fitted, prior (the example)", "starts fixed, prior", "starts fitted, bounds",
+    "starts fixed, bounds"]
+  for row in rows:
+    assert row["cpu_s"] > 0 and 1 <= row["iterations"] <= 2
+    assert 0 < row["heldout_rad"] < 0.01 and row["mass_error_percent"] >= 0
