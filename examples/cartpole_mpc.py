@@ -7,6 +7,7 @@ them out in one custom call (`mjbatch_jax.rollout`), keeps the cheapest, applies
 to the real system and shifts the plan. The whole step, sampling included, is one XLA program.
 """
 
+import argparse
 import time
 
 import jax
@@ -57,7 +58,7 @@ def cost(states: jax.Array, ctrls: jax.Array, layout: mjbatch_jax.StateLayout) -
   return jnp.sum(upright + centred + calm + effort, axis=-1)
 
 
-def main() -> float:
+def main(num_control_steps: int = NUM_CONTROL_STEPS) -> float:
   model = mujoco.MjModel.from_xml_string(CARTPOLE)
   with mjbatch_jax.Simulator(model) as sim:
     layout = sim.layout
@@ -79,19 +80,21 @@ def main() -> float:
     plan = jnp.zeros((NUM_KNOTS, sim.nu))
     key = jax.random.PRNGKey(0)
     start = time.perf_counter()
-    for k in range(NUM_CONTROL_STEPS):
+    for k in range(num_control_steps):
       key, sub = jax.random.split(key)
       state, plan = control_step(state, plan, sub)
-      if k % 25 == 0 or k == NUM_CONTROL_STEPS - 1:
+      if k % 25 == 0 or k == num_control_steps - 1:
         print(f"step {k:3d}: tilt {float(tilt(state[0, layout.qpos])):.3f} rad")
     seconds = time.perf_counter() - start
   final = float(tilt(state[0, layout.qpos]))
-  rollouts = NUM_CONTROL_STEPS * NUM_SAMPLES * NUM_KNOTS * SUBSTEPS
-  print(f"{NUM_CONTROL_STEPS} control steps in {seconds:.1f} s "
+  rollouts = num_control_steps * NUM_SAMPLES * NUM_KNOTS * SUBSTEPS
+  print(f"{num_control_steps} control steps in {seconds:.1f} s "
         f"({rollouts / seconds:,.0f} sim-steps/s on {sim.num_threads} threads)")
   print(f"final tilt: {final:.3f} rad")
   return final
 
 
 if __name__ == "__main__":
-  main()
+  parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+  parser.add_argument("--steps", type=int, default=NUM_CONTROL_STEPS, help="control steps")
+  main(parser.parse_args().steps)

@@ -40,11 +40,13 @@ def test_hello_jax():
   assert number(r"time ([\d.]+) s", out) == pytest.approx(2.0)
 
 
+@pytest.mark.slow
 def test_cartpole_mpc():
   out = run("cartpole_mpc.py")
   assert number(r"final tilt: ([\d.]+) rad", out) < 0.2
 
 
+@pytest.mark.slow
 def test_cartpole_swingup(tmp_path):
   plan = tmp_path / "plan.npz"
   out = run("cartpole_swingup.py", "--out", str(plan))
@@ -60,6 +62,7 @@ def test_cartpole_swingup(tmp_path):
   assert saved["gains"].shape == (100, 1, 6)
 
 
+@pytest.mark.slow
 def test_g1_tracking(tmp_path):
   import json
 
@@ -104,6 +107,7 @@ def _refusal(script: str, *args: str) -> tuple[int, str]:
   return done.returncode, done.stderr
 
 
+@pytest.mark.slow
 def test_arm_throw(tmp_path):
   # A reduced size: 4 searches of 16 candidates x 4 CEM iterations (the full run: 4 x 256 x 60).
   result = tmp_path / "throw.npz"
@@ -130,6 +134,7 @@ def test_arm_throw(tmp_path):
   assert "video saved" in played or "video skipped" in played
 
 
+@pytest.mark.slow
 def test_arm_throw_refuses_bad_flags(tmp_path):
   code, err = _refusal("arm_throw.py", "--population", "4")
   assert code == 2 and "--population must be at least 8" in err
@@ -159,6 +164,7 @@ def sysid_run(tmp_path, *args: str) -> tuple[str, Path]:
              "--out", str(result), *args), result
 
 
+@pytest.mark.slow
 def test_sysid_identifiability(tmp_path):
   out, result = sysid_run(tmp_path)
   before = number(r"error before: ([\d.]+) rad", out)
@@ -206,6 +212,7 @@ def test_sysid_over_two_processes_equals_one(tmp_path):
     np.testing.assert_allclose(second["seed_theta"], first["seed_theta"], atol=1e-4)
 
 
+@pytest.mark.slow
 def test_sysid_refuses_bad_flags(tmp_path):
   code, err = _refusal("sysid.py", "--samples", "130")
   assert code == 2 and "multiple of --window" in err
@@ -228,6 +235,7 @@ def test_sysid_refuses_bad_flags(tmp_path):
   assert code == 1 and "another version of the model" in err
 
 
+@pytest.mark.slow
 def test_go1_joystick(tmp_path):
   # One tiny PPO iteration, then a short --play of the policy it saved: the plumbing, not the
   # learning (that takes tens of minutes, see examples/go1_joystick.py).
