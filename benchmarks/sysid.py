@@ -58,7 +58,7 @@ def main(argv: list[str]) -> None:
   width = np.tile(example.WIDTH, example.LINKS)
   box = {"prior_width": None, "scale": width,
          "bounds": (theta0.ravel() - 4 * width, theta0.ravel() + 4 * width)}
-  base = arm.problem()
+  base = arm.problem
   variants = {
     "starts fitted, prior (the example)": base,
     "starts fixed, prior": dataclasses.replace(base, start_width=None),

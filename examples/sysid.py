@@ -13,20 +13,18 @@ PD position servos drive the joints. The arm holds a pose, then tracks 1000 comm
 excitation), or of eight in 0.2-4 Hz with 2.5x the amplitude (the rich one). The recording is
 the joints' positions (noise 1e-4 rad) and velocities (2e-3 rad/s) after each command.
 
-The fit is `mjbatch_jax.sysid`: windows of 50 commands, their starts fitted with the record as
-their prior, a weak prior at the guess (half a mass's log, 5 cm, half a radius's log, 0.5 rad),
-Levenberg-Marquardt with the starts eliminated window by window. It reports the held-out
-prediction error (a fresh recording of each kind, simulated open loop), each number's error
-against the truth, and the identifiability report: a serial chain leaves 27 of the 70
-directions unseen by joint motion under any excitation (the first link turns about a vertical
-axis: its mass never acts), and a link's mass alone is not among the 43 that are seen. Then the
-same fit with MuJoCo's `mujoco.sysid` (its "mujoco" optimiser, the same windows and numbers).
-With --processes N the windows are sharded over the processes and the normal equations summed
-by collectives; process 0 prints and saves. Measured numbers: examples/results/README.md.
+The fit is `mjbatch_jax.sysid`: windows of 50 commands with their starts fitted (the record
+their prior), a weak prior at the guess (0.5 in log mass and log radii, 5 cm, 0.5 rad). It
+reports the held-out prediction error (a fresh recording of each kind, open loop), each
+number's error, and the identifiability report: joint motion never sees 27 of the 70
+directions (the first link turns about a vertical axis), nor a link's mass alone. Then the same
+fit with `mujoco.sysid` (its "mujoco" optimiser, the same windows and numbers). --processes N
+shards the windows over processes (process 0 prints and saves). Numbers: results/README.md.
 """
 
 import argparse
 import contextlib
+import functools
 import importlib
 import io
 import os
@@ -142,16 +140,16 @@ class Arm:
     q, v = states[..., self.layout.qpos], states[..., self.layout.qvel]
     return q + rng.normal(0, NOISE_POS, q.shape), v + rng.normal(0, NOISE_VEL, v.shape)
 
-  def problem(self) -> sysid.Problem:
+  @functools.cached_property
+  def problem(self) -> sysid.Problem:  # one for every fit: they compile once
     qpos, qvel = self.layout.qpos, self.layout.qvel
 
     def residual(states, sensordata, measured):  # one window, in noise units
       return jnp.concatenate([(states[:, qpos] - measured["q"]) / NOISE_POS,
                               (states[:, qvel] - measured["v"]) / NOISE_VEL], axis=-1)
 
-    return sysid.Problem(self.parameters, residual, nstep=SUBSTEPS,
-                         prior_width=np.tile(WIDTH, LINKS),
-                         start_width=np.repeat([NOISE_POS, NOISE_VEL], LINKS))
+    return sysid.Problem(self.parameters, residual, nstep=SUBSTEPS, prior_width=np.tile(
+      WIDTH, LINKS), start_width=np.repeat([NOISE_POS, NOISE_VEL], LINKS))
 
   def windows(self, ctrls, q, v, window: int) -> sysid.Windows:
     """Window w starts from the recorded state before its first command."""
@@ -195,7 +193,7 @@ def errors(arm: Arm, theta) -> dict[str, np.ndarray]:
 
 def fit(arm: Arm, dist, ctrls, q, v, theta0, window: int, iterations: int) -> dict[str, Any]:
   """The library's fit and identifiability report on one recording."""
-  problem, data = arm.problem(), arm.windows(ctrls, q, v, window)
+  problem, data = arm.problem, arm.windows(ctrls, q, v, window)
   result = sysid.fit(problem, data, np.ravel(theta0), iterations, dist=dist)
   report = sysid.report(problem, data, result, dist=dist)
   later = slice(1 if result.iterations > 1 else 0, None)  # the first compiles

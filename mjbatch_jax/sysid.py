@@ -171,6 +171,7 @@ class Parameters:
     self.size = int(self.initial.size)
     ends = np.cumsum([0] + [len(m.names) for m in self._maps])
     self._parts = [slice(int(a), int(b)) for a, b in zip(ends[:-1], ends[1:], strict=True)]
+    self._programs: dict[Any, Callable] = {}  # the fits' compiled functions (see _Runner)
 
   @property
   def fields(self) -> tuple[str, ...]:
@@ -638,6 +639,17 @@ class _Checked:
   start_width: np.ndarray | None
   prior_width: np.ndarray
 
+  def arrays(self) -> dict[str, np.ndarray]:
+    """What the jitted program takes as arguments (so that one compilation serves any guess,
+    prior and bounds)."""
+    width = np.ones(0) if self.start_width is None else self.start_width
+    return {"mean": self.mean, "precision": self.precision, "low": self.low, "high": self.high,
+            "scale": self.scale, "start_width": width}
+
+  @property
+  def bounded(self) -> bool:
+    return bool(np.any(np.isfinite(self.low)) or np.any(np.isfinite(self.high)))
+
 
 def _check(problem: Problem, theta0: Any, windows: Windows) -> _Checked:
   if not isinstance(problem, Problem):
@@ -746,17 +758,20 @@ def _box_solve(h: jax.Array, g: jax.Array, low: jax.Array, high: jax.Array,
 
 
 class _Program:
-  """The jitted pieces of a fit over windows (sharded over a mesh axis when axis is given)."""
+  """The jitted pieces of a fit over windows (sharded over a mesh axis when axis is given).
 
-  def __init__(self, problem: Problem, checked: _Checked, axis: str | None):
-    self.problem, self.checked, self.axis = problem, checked, axis
+  Each method takes c, the checked problem's arrays (_Checked.arrays), first.
+  """
+
+  def __init__(self, problem: Problem, fit_starts: bool, bounded: bool, axis: str | None):
+    self.problem, self.fit_starts, self.axis = problem, fit_starts, axis
+    self.passes = 8 if bounded else 0  # of the boxed solve
     parameters = problem.parameters
     model = parameters.sim.model
     self.parameters = parameters
     self.nv, self.nx = model.nv, 2 * model.nv + model.na
     self.layout = parameters.sim.layout
     self.joints = Joints.of(model)
-    self.fit_starts = checked.start_width is not None
 
   def total(self, x: jax.Array) -> jax.Array:
     """Summed over every device's windows: what crosses processes."""
@@ -781,7 +796,7 @@ class _Program:
     r = jax.vmap(self.problem.residual)(states, sensordata, measured)
     return r.reshape(r.shape[0], -1)
 
-  def linearize(self, theta: jax.Array, offsets: jax.Array, data: Windows) -> tuple:
+  def linearize(self, c: dict, theta: jax.Array, offsets: jax.Array, data: Windows) -> tuple:
     """The residuals (W, R), and d r / d theta (W, R, size) and each window's d r / d its own
     start (W, R, nx), in scale units."""
     count = data.starts.shape[0]
@@ -796,15 +811,16 @@ class _Program:
     shift = jnp.zeros(self.nx, theta.dtype)
     if self.fit_starts:
       (jac, jac_start), r = jax.jacfwd(of, argnums=(0, 1), has_aux=True)(theta, shift)
-      jac_start = jac_start * jnp.asarray(self.checked.start_width)
+      jac_start = jac_start * c["start_width"]
     else:
       jac, r = jax.jacfwd(of, has_aux=True)(theta, shift)
       jac_start = jnp.zeros((*r.shape, 0), r.dtype)
-    return r, jac * jnp.asarray(self.checked.scale), jac_start
+    return r, jac * c["scale"], jac_start
 
-  def information(self, theta: jax.Array, offsets: jax.Array, data: Windows) -> jax.Array:
+  def information(self, c: dict, theta: jax.Array, offsets: jax.Array,
+                  data: Windows) -> jax.Array:
     """J'J of theta after eliminating the starts (their priors included), summed."""
-    _, a, b = self.linearize(theta, offsets, data)
+    _, a, b = self.linearize(c, theta, offsets, data)
     info = jnp.einsum("wpi,wpj->ij", a, a)
     if self.fit_starts:
       cross = jnp.einsum("wpi,wpj->wij", a, b)
@@ -813,7 +829,7 @@ class _Program:
         blocks, jnp.swapaxes(cross, 1, 2)).swapaxes(1, 2))
     return self.total(info)
 
-  def costs(self, thetas: jax.Array, offsets: jax.Array, data: Windows) -> jax.Array:
+  def costs(self, c: dict, thetas: jax.Array, offsets: jax.Array, data: Windows) -> jax.Array:
     """(K,) the costs of K candidates: thetas (K, size), offsets (K, W, nx), all K x W
     simulations rows of one call."""
     k, count = thetas.shape[0], data.starts.shape[0]
@@ -824,26 +840,23 @@ class _Program:
                        tile(data.ctrls), jax.tree.map(tile, data.measured))
     data_part = jnp.sum(r.reshape(k, -1) ** 2, axis=1)
     if self.fit_starts:
-      data_part = data_part + jnp.sum((offsets / jnp.asarray(self.checked.start_width)) ** 2,
-                                      axis=(1, 2))
-    prior = (thetas - jnp.asarray(self.checked.mean)) / jnp.asarray(self.checked.scale)
-    return 0.5 * (self.total(data_part) + jnp.sum(jnp.asarray(self.checked.precision) * prior**2,
-                                                  axis=1))
+      data_part = data_part + jnp.sum((offsets / c["start_width"]) ** 2, axis=(1, 2))
+    prior = (thetas - c["mean"]) / c["scale"]
+    return 0.5 * (self.total(data_part) + jnp.sum(c["precision"] * prior**2, axis=1))
 
-  def step(self, theta: jax.Array, offsets: jax.Array, data: Windows) -> tuple:
+  def step(self, c: dict, theta: jax.Array, offsets: jax.Array, data: Windows) -> tuple:
     """One Levenberg-Marquardt iteration: (theta, offsets, cost before, cost after)."""
-    c = self.checked
-    scale, precision = jnp.asarray(c.scale), jnp.asarray(c.precision)
+    scale, precision = c["scale"], c["precision"]
     n, nx = theta.size, self.nx
-    r, a, b = self.linearize(theta, offsets, data)
-    prior = (theta - jnp.asarray(c.mean)) / scale
+    r, a, b = self.linearize(c, theta, offsets, data)
+    prior = (theta - c["mean"]) / scale
     # Normal equations in scale units, where each prior's curvature is its precision, so that
     # Levenberg's damping means the same for every number. A window's start enters only its own
     # residuals: its nx x nx block is eliminated where the window is simulated (the Schur
     # complement), and what crosses processes is the n x n system.
     eye = jnp.eye(nx, dtype=theta.dtype)
     if self.fit_starts:
-      start_prior = offsets / jnp.asarray(c.start_width)
+      start_prior = offsets / c["start_width"]
       cross = jnp.einsum("wpi,wpj->wij", a, b)  # (W, n, nx)
       blocks = jnp.einsum("wpi,wpj->wij", b, b) + eye  # (W, nx, nx)
       grad_starts = jnp.einsum("wpj,wp->wj", b, r) + start_prior
@@ -859,8 +872,7 @@ class _Program:
     grad = sums[n * n: n * n + n] + precision * prior
     before = 0.5 * (sums[n * n + n] + sums[-1] + jnp.sum(precision * prior**2))
     mean = (jnp.trace(hessian) + sums[-2]) / (n + count * nx)
-    low, high = (jnp.asarray(c.low) - theta) / scale, (jnp.asarray(c.high) - theta) / scale
-    passes = 0 if np.all(np.isinf(c.low)) and np.all(np.isinf(c.high)) else 8
+    low, high = (c["low"] - theta) / scale, (c["high"] - theta) / scale
     if self.fit_starts:
       right = jnp.concatenate([jnp.swapaxes(cross, 1, 2), grad_starts[..., None]], axis=-1)
 
@@ -871,21 +883,21 @@ class _Program:
         # C B^-1 [C' g]: the starts' share of the n x n system and of its right-hand side.
         eliminated = self.total(jnp.einsum("wij,wjk->ik", cross, solved))
         reduced = hessian + shift * jnp.eye(n) - eliminated[:, :n]
-        direction = _box_solve(reduced, grad - eliminated[:, n], low, high, passes)
+        direction = _box_solve(reduced, grad - eliminated[:, n], low, high, self.passes)
         starts = -(solved[..., n] + jnp.einsum("wji,i->wj", solved[..., :n], direction))
       else:
-        direction = _box_solve(hessian + shift * jnp.eye(n), grad, low, high, passes)
+        direction = _box_solve(hessian + shift * jnp.eye(n), grad, low, high, self.passes)
         starts = jnp.zeros_like(offsets)
       # At most max_step scales a number and step: beyond it the linearisation means little.
       # (A box around 0 keeps the shortened step inside the bounds.)
       factor = jnp.minimum(1.0, self.problem.max_step / jnp.max(jnp.abs(direction)))
       return direction * factor * scale, starts * factor * (
-        jnp.asarray(c.start_width) if self.fit_starts else 1.0)
+        c["start_width"] if self.fit_starts else 1.0)
 
     # Every damping's step is tried as rows of one rollout call; the best is taken if it helps.
     steps = jax.vmap(damped)(jnp.asarray(self.problem.dampings, theta.dtype))
-    thetas = jnp.clip(theta + steps[0], jnp.asarray(c.low), jnp.asarray(c.high))
-    tried = jnp.nan_to_num(self.costs(thetas, offsets + steps[1], data), nan=jnp.inf)
+    thetas = jnp.clip(theta + steps[0], c["low"], c["high"])
+    tried = jnp.nan_to_num(self.costs(c, thetas, offsets + steps[1], data), nan=jnp.inf)
     best = jnp.argmin(tried)
     better = tried[best] < before
     theta = jnp.where(better, thetas[best], theta)
@@ -905,25 +917,47 @@ def _local_windows(data: Windows, dist: Any) -> Windows:
 
 
 class _Runner:
-  """A _Program method jitted over the windows, on one process's devices or a dist's mesh."""
+  """A _Program method jitted over the windows, on one process's devices or a dist's mesh.
+
+  The compiled functions live on the Parameters, keyed by what is traced into them (the
+  residual function, the options, whether starts are fitted or numbers bounded, the dist), so
+  fits that differ only in their guess, priors or bounds compile once.
+  """
 
   def __init__(self, problem: Problem, checked: _Checked, data: Windows, dist: Any, method: str,
                out_specs: Any):
     self.dist = dist
+    fit_starts = checked.start_width is not None
+    key = (method, problem.residual, problem.nstep, tuple(map(float, problem.dampings)),
+           float(problem.max_step), problem.eps, problem.centered, fit_starts, checked.bounded,
+           dist)
+    try:
+      cached = problem.parameters._programs.get(key)
+    except TypeError:  # a residual that cannot be hashed: compiled for this fit alone
+      key, cached = None, None
+    program = _Program(problem, fit_starts, checked.bounded, None if dist is None else dist.axis)
+    self.consts = {k: jnp.asarray(v) for k, v in checked.arrays().items()}
     if dist is None:
-      self.fn = jax.jit(getattr(_Program(problem, checked, None), method))
       self.data = jax.tree.map(jnp.asarray, data)
+      self.compiled = cached or jax.jit(getattr(program, method))
     else:
       self.data = dist.shard(_local_windows(data, dist))
-      # Given, not read from the arguments: on a one-device mesh JAX hands back the offsets as
+      self.consts = dist.replicate(self.consts)
+      # Given, not read from the arguments: on a one-device mesh JAX hands the offsets back
       # replicated, which would compile the step again for the second iteration.
-      rows = PartitionSpec(dist.axis)
-      self.fn = dist.map(getattr(_Program(problem, checked, dist.axis), method),
-                         out_specs=out_specs,
-                         in_specs=(PartitionSpec(), rows, jax.tree.map(lambda _: rows, self.data)))
+      rows, whole = PartitionSpec(dist.axis), PartitionSpec()
+      in_specs = (jax.tree.map(lambda _: whole, self.consts), whole, rows,
+                  jax.tree.map(lambda _: rows, self.data))
+      self.compiled = cached or dist.map(getattr(program, method), out_specs=out_specs,
+                                         in_specs=in_specs)
+    if key is not None:
+      problem.parameters._programs[key] = self.compiled
     self.count = self.data.starts.shape[0] if dist is None else dist.num_local
     model = problem.parameters.sim.model
     self.nx = 2 * model.nv + model.na
+
+  def fn(self, theta: Any, offsets: Any) -> Any:
+    return self.compiled(self.consts, theta, offsets, self.data)
 
   def offsets(self, starts: Any) -> Any:
     offsets = np.zeros((self.count, self.nx)) if starts is None else _finite("starts", starts)
@@ -978,7 +1012,7 @@ def fit(problem: Problem, data: Windows, theta0: Any = None, iterations: int = 3
   costs, wall, cpu, converged = [], [], [], False
   for _ in range(iterations):
     begin, begin_cpu = time.perf_counter(), time.process_time()
-    theta, offsets, before, after = runner.fn(theta, offsets, runner.data)
+    theta, offsets, before, after = runner.fn(theta, offsets)
     before, after = float(runner.read(before)), float(runner.read(after))
     wall.append(time.perf_counter() - begin)
     cpu.append(time.process_time() - begin_cpu)
@@ -1014,8 +1048,7 @@ def report(problem: Problem, data: Windows, result: Any, starts: Any = None, dis
   if not (isinstance(rtol, int | float) and 0 < rtol < 1):
     raise ValueError(f"rtol must be a number in (0, 1), got {rtol!r}")
   runner = _Runner(problem, checked, data, dist, "information", PartitionSpec())
-  info = runner.read(runner.fn(runner.theta(checked.theta0), runner.offsets(starts),
-                               runner.data))
+  info = runner.read(runner.fn(runner.theta(checked.theta0), runner.offsets(starts)))
   info = 0.5 * (info + info.T)
   values, vectors = np.linalg.eigh(info)
   order = np.argsort(values)[::-1]
