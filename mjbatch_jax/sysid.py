@@ -36,6 +36,7 @@ import numpy as np
 from jax.sharding import PartitionSpec
 
 from mjbatch_jax import _checks, rotations
+from mjbatch_jax.distributed import Distributed
 from mjbatch_jax.functions import rollout
 from mjbatch_jax.params import Params
 from mjbatch_jax.simulator import Simulator
@@ -907,6 +908,9 @@ class _Program:
 
 def _local_windows(data: Windows, dist: Any) -> Windows:
   """This process's windows of a global set (or its own already), as numpy."""
+  if not isinstance(dist, Distributed):
+    raise ValueError(f"dist must be a mjbatch_jax.distributed.Distributed (from "
+                     f"distributed.setup), got {type(dist).__name__}")
   count = len(data.starts)
   if count == dist.num_sims:
     return jax.tree.map(lambda x: np.asarray(x)[dist.rows], data)

@@ -333,6 +333,8 @@ def test_bad_inputs_are_refused_before_any_custom_call(sim):
       sysid.fit(case_problem, case_data, theta0)
   with pytest.raises(ValueError, match="iterations must be an int >= 1"):
     sysid.fit(problem, data, iterations=0)
+  with pytest.raises(ValueError, match="dist must be a mjbatch_jax.distributed.Distributed"):
+    sysid.fit(problem, data, dist="mesh")
   with pytest.raises(ValueError, match="windows must be sysid.Windows"):
     sysid.fit(problem, (data.starts, data.ctrls, data.measured))  # pyright: ignore[reportArgumentType]
 
