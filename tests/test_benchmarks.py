@@ -412,3 +412,16 @@ def test_control_benchmark_reports_both_planners(tmp_path: Path) -> None:
     assert 0 < data[part]["custom_call_share"] <= 1.5
     assert all(v["cpu"] >= 0 and v["wall"] > 0 for v in data[part]["seconds"].values())
   assert data["ilqr"]["knots"] == 3 and data["sampling"]["samples"] == 16
+
+
+def test_sysid_benchmark_reports_every_variant(tmp_path: Path) -> None:
+  out = tmp_path / "results"
+  _run("sysid.py", "--samples", "100", "--iterations", "2", "--skip-mujoco-sysid", "--out",
+       str(out))
+  rows = _only_json(out, "sysid-*.json")["rows"]
+  assert [row["variant"] for row in rows] == [
+    "starts fitted, prior (the example)", "starts fixed, prior", "starts fitted, bounds",
+    "starts fixed, bounds"]
+  for row in rows:
+    assert row["cpu_s"] > 0 and 1 <= row["iterations"] <= 2
+    assert 0 < row["heldout_rad"] < 0.01 and row["mass_error_percent"] >= 0

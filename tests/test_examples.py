@@ -1,5 +1,6 @@
 """The examples run as a user runs them, and meet what they claim in what they print."""
 
+import json
 import re
 import subprocess
 import sys
@@ -169,12 +170,16 @@ def test_arm_throw_refuses_bad_flags(tmp_path):
   assert code == 1 and "not a result saved by an example" in err
 
 
+def sysid_run(tmp_path, *args: str) -> tuple[str, Path]:
+  """The reduced size: 200 commands (4 windows of 50), at most 10 LM iterations per excitation."""
+  result = tmp_path / f"sysid{'_'.join(args)}.npz"
+  return run("sysid.py", "--samples", "200", "--iterations", "10", "--skip-mujoco-sysid",
+             "--out", str(result), *args), result
+
+
 @pytest.mark.slow
 def test_sysid_identifiability(tmp_path):
-  # A reduced size: 200 commands (4 windows of 50), at most 10 LM iterations per excitation.
-  result = tmp_path / "sysid.npz"
-  out = run("sysid.py", "--samples", "200", "--iterations", "10", "--skip-mujoco-sysid",
-            "--out", str(result))
+  out, result = sysid_run(tmp_path)
   before = number(r"error before: ([\d.]+) rad", out)
   after = number(r"error after: +([\d.]+) rad", out)
   assert after * 10 <= before
@@ -189,28 +194,35 @@ def test_sysid_identifiability(tmp_path):
   assert (number(r"error, rich : seed recording [\d.]+ rad RMS, rich recording ([\d.]+) rad", out)
           < number(r"error, seed : seed recording [\d.]+ rad RMS, rich recording ([\d.]+) rad",
                    out))
-  assert 0 < number(r"\((\d+)% physics\)", out) <= 200
+  # The library's report names the combinations that joint motion never sees.
+  assert re.search(r"unidentifiable 1: [+-]\d\.\d\d link\d\.", out)
+  summary = json.loads(out.strip().splitlines()[-1])
+  assert summary["heldout_after"] == pytest.approx(after, abs=1e-5)
+  assert summary["rank"] == {"seed": 43, "rich": 43}
 
-  played = run("sysid.py", "--play", str(result))
+  played = run("sysid.py", "--play", "--out", str(result))
   assert number(r"error, seed : seed recording ([\d.]+) rad", played) == pytest.approx(after,
                                                                                      abs=1e-5)
-  assert (tmp_path / "sysid.png").is_file()
+  assert (tmp_path / f"{result.stem}.png").is_file()
 
+
+@pytest.mark.slow
+def test_sysid_over_two_processes_equals_one(tmp_path):
   # Data-parallel over two processes (2 windows each, the 70 x 70 normal equations summed by a
   # collective): the same fit up to the order of the sums' rounding. The 27 directions no data
   # reach drift with that rounding over the iterations (their information is finite-difference
   # noise: measured 1.3e-5 on a log mass), hence the looser bound on the numbers themselves.
-  shared = tmp_path / "sysid_2.npz"
-  out2 = run("sysid.py", "--samples", "200", "--iterations", "10", "--skip-mujoco-sysid",
-             "--processes", "2", "--out", str(shared))
+  _, one = sysid_run(tmp_path, "--skip-rich")
+  out2, two = sysid_run(tmp_path, "--skip-rich", "--processes", "2")
   assert "[0] arm: 7 links" in out2 and "2 process(es), 2 windows here" in out2
   assert "[1] arm:" not in out2 and "[1] saved" not in out2  # process 0 alone reports
-  with np.load(result) as one, np.load(shared) as two:
-    for kind in ("seed", "rich"):
-      assert two[f"{kind}_iterations"] == one[f"{kind}_iterations"]
-      np.testing.assert_allclose(two[f"{kind}_costs"], one[f"{kind}_costs"], rtol=1e-6)
-      np.testing.assert_allclose(two[f"{kind}_theta"], one[f"{kind}_theta"], atol=1e-4)
-    np.testing.assert_allclose(two["heldout"], one["heldout"], rtol=0, atol=1e-9)  # rad
+  meta = [json.loads(str(np.load(path)["__header__"]))["meta"] for path in (one, two)]
+  assert meta[0]["iterations"] == meta[1]["iterations"]
+  np.testing.assert_allclose(meta[1]["heldout"]["seed"], meta[0]["heldout"]["seed"], rtol=0,
+                             atol=1e-9)  # rad
+  with np.load(one) as first, np.load(two) as second:
+    np.testing.assert_allclose(second["seed_costs"], first["seed_costs"], rtol=1e-6)
+    np.testing.assert_allclose(second["seed_theta"], first["seed_theta"], atol=1e-4)
 
 
 @pytest.mark.slow
@@ -218,22 +230,22 @@ def test_sysid_refuses_bad_flags(tmp_path):
   code, err = _refusal("sysid.py", "--samples", "130")
   assert code == 2 and "multiple of --window" in err
   code, err = _refusal("sysid.py", "--window", "0")
-  assert code == 2 and "--window must be at least 1" in err
+  assert code == 2 and "--window: must be an integer in [1," in err
   code, err = _refusal("sysid.py", "--iterations", "0")
-  assert code == 2 and "--iterations must be at least 1" in err
-  code, err = _refusal("sysid.py", "--play", str(tmp_path / "missing.npz"))
+  assert code == 2 and "--iterations: must be an integer in [1," in err
+  code, err = _refusal("sysid.py", "--play", "--out", str(tmp_path / "missing.npz"))
   assert code == 1 and "no result file" in err
   code, err = _refusal("sysid.py", "--processes", "0")
-  assert code == 2 and "--processes must be at least 1" in err
+  assert code == 2 and "--processes: must be an integer in [1," in err
   code, err = _refusal("sysid.py", "--processes", "2", "--play")
   assert code == 2 and "--play replays in one process" in err
   code, err = _refusal("sysid.py", "--processes", "2", "--samples", "250")
   assert code != 0 and "5 windows must be a multiple of the 2 CPU devices" in err
   stale = tmp_path / "stale.npz"
-  np.savez(stale, model_version="0123456789abcdef", theta_true=np.zeros((7, 10)),
-           theta0=np.zeros((7, 10)), fits=np.array(["seed"]), heldout=np.zeros((1, 1)))
-  code, err = _refusal("sysid.py", "--play", str(stale))
-  assert code == 1 and "another version of the arm" in err
+  header = {"kind": "sysid", "version": "0123456789abcdef", "meta": {}}
+  np.savez(stale, __header__=np.array(json.dumps(header)), theta_true=np.zeros((7, 10)))
+  code, err = _refusal("sysid.py", "--play", "--out", str(stale))
+  assert code == 1 and "another version of the model" in err
 
 
 @pytest.mark.slow

@@ -13,7 +13,7 @@ PACKAGE = Path(__file__).resolve().parents[1] / "mjbatch_jax"
 
 def test_every_module_imports_alone():
   for module in ("derivatives", "functions", "_rules", "_checks", "simulator", "params", "batch",
-                 "names", "randomize"):
+                 "names", "randomize", "sysid"):
     out = subprocess.run([sys.executable, "-c", f"import mjbatch_jax.{module}"],
                          capture_output=True, text=True)
     assert out.returncode == 0, (module, out.stderr[-2000:])
