@@ -22,6 +22,7 @@ if TYPE_CHECKING:
   from mjbatch_jax import distributed, envs, launch, rotations
   from mjbatch_jax.derivatives import param_fd, transition_fd
   from mjbatch_jax.functions import NWARNING, forward, rollout, simulation_errors, step
+  from mjbatch_jax.gradcheck import check_grads
   from mjbatch_jax.params import Params
   from mjbatch_jax.randomize import randomize, tree_replace
   from mjbatch_jax.simulator import Simulator
@@ -34,6 +35,7 @@ _LAZY = {
   "randomize": "mjbatch_jax.randomize",
   "tree_replace": "mjbatch_jax.randomize",
   "Simulator": "mjbatch_jax.simulator",
+  "check_grads": "mjbatch_jax.gradcheck",
   "forward": "mjbatch_jax.functions",
   "param_fd": "mjbatch_jax.derivatives",
   "rollout": "mjbatch_jax.functions",
@@ -53,9 +55,13 @@ def __getattr__(name: str) -> Any:
   module = _LAZY.get(name)
   if module is None:
     raise AttributeError(f"module 'mjbatch_jax' has no attribute {name!r}")
-  value = getattr(importlib.import_module(module), name)
-  globals()[name] = value  # later lookups skip this function
-  return value
+  imported = importlib.import_module(module)
+  # Every public name of that module, at once: importing mjbatch_jax.randomize also binds the
+  # submodule as the package's attribute `randomize`, which the function must replace.
+  for public, home in _LAZY.items():
+    if home == module:
+      globals()[public] = getattr(imported, public)  # later lookups skip this function
+  return globals()[name]
 
 
 def __dir__() -> list[str]:
@@ -75,6 +81,7 @@ __all__ = [
   "Simulator",
   "Site",
   "StateLayout",
+  "check_grads",
   "distributed",
   "envs",
   "forward",

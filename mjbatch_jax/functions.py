@@ -25,8 +25,9 @@ _WARNINGS_NOT_DIFFERENTIABLE = (
 )
 
 
-def _derivative_options(eps: Any, centered: Any) -> tuple[float | None, bool]:
-  return (None if eps is None else _checks.check_eps(eps)), _checks.check_bool("centered", centered)
+def _derivative_options(eps: Any, centered: Any) -> tuple[float | None, bool | None]:
+  h = None if eps is None else _checks.check_eps(eps)
+  return h, None if centered is None else _checks.check_bool("centered", centered)
 
 
 def step(
@@ -36,7 +37,7 @@ def step(
   nstep: int = 1,
   return_warnings: bool = False,
   eps: float | None = None,
-  centered: bool = False,
+  centered: bool | None = None,
   observe: Sequence[str] = (),
   observe_at: str = "new",
 ) -> Any:
@@ -46,7 +47,10 @@ def step(
   bit with jax_enable_x64 on (float32 in and out without it, the physics in float64 inside).
   Differentiable (jax.grad, jax.jacfwd, ...) w.r.t. the rows' qpos, qvel and act, ctrl and the
   params leaves, by finite differences in float64 computed as extra rows of one call; other
-  entries of a row get zero derivatives. Derivatives are of first order only.
+  entries of a row get zero derivatives. Derivatives are of first order only. A perturbed copy
+  that crosses a switch of the dynamics (a contact that appears or vanishes, a limit, a friction
+  cone's state, a clamp, another number of solver iterations) is replaced by one on the side
+  that does not, so a derivative through contact is right by default (docs/derivatives.md).
 
   Args:
     state: (..., nstate) mjSTATE_INTEGRATION rows, float32 or float64.
@@ -58,7 +62,9 @@ def step(
       so that a jitted loop can mask bad rows. This variant is not differentiable.
     eps: the finite-difference step of derivatives (default 1e-6, on float64 rows whatever the
       arrays' dtype).
-    centered: centred instead of forward differences for derivatives (twice the rows).
+    centered: how derivatives difference: None (default) centred for the positions, where
+      contacts curve the dynamics most, forward for the rest (about 1.3x the rows of forward
+      differences); True centred for every column (twice the rows); False forward only.
     observe: mjData fields to return with the new state, computed inside the same custom call
       (the names `forward` takes: "sensordata", "site_xpos", "xquat", "cvel", "qacc", ...).
     observe_at: "new": as mj_forward computes them on the new state, after the last substep
@@ -112,7 +118,7 @@ def rollout(
   nstep: int = 1,
   return_warnings: bool = False,
   eps: float | None = None,
-  centered: bool = False,
+  centered: bool | None = None,
   observe: Sequence[str] = (),
   observe_at: str = "new",
 ) -> Any:
@@ -130,7 +136,7 @@ def rollout(
     return_warnings: also return (..., mjNWARNING) warning counts of the whole rollout (not
       differentiable).
     eps: the finite-difference step of derivatives (default 1e-6, on float64 rows).
-    centered: centred instead of forward differences for derivatives.
+    centered: how derivatives difference, as for `step` (default: positions centred).
     observe: mjData fields to record after each knot, in the same call, as `step` observes.
     observe_at: "new" (mj_forward at the state after the knot) or "step" (as mj_step left
       them), as for `step`.
@@ -187,15 +193,15 @@ def forward(
   subtree_linvel and subtree_angmom (mj_subtreeVel), cacc, cfrc_int and cfrc_ext
   (mj_rnePostConstraint), qfrc_inverse (mj_inverse, at mj_forward's qacc); a field that only
   mj_step computes (qHDiagInv) is refused. Differentiable w.r.t. the rows' qpos, qvel, act and
-  ctrl and the params leaves, as `step` is, by differences in the arrays' dtype.
+  ctrl and the params leaves, as `step` is: float64 copies in the engine, regime-checked.
 
   Args:
     state: (..., nstate) rows.
     params: from Simulator.params.
     fields: floating-point mjData arrays of fixed size ("xpos", "site_xpos", "sensordata",
       "qacc", "actuator_force", ...).
-    eps: the finite-difference step of derivatives (default 1e-6 with float64 arrays, 1e-3 with
-      float32: these differences are taken on rows of the arrays' dtype).
+    eps: the finite-difference step of derivatives (default 1e-6, on float64 rows whatever the
+      arrays' dtype; positions centred, as for `step`).
 
   Returns:
     A dict from field name to its values.

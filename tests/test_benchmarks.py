@@ -214,9 +214,13 @@ def test_derivatives_benchmark_reports_every_case(
   assert not list(tmp_path.glob("derivatives-*.png"))
   (result,) = tmp_path.glob("derivatives-*.json")
   data = json.loads(result.read_text())
-  assert set(data["seconds_median"]) == {"rows", "native", "steps", "python"}
+  cases = {"rows", "rows_forward", "native", "steps", "python", "jvp_default", "jvp_forward",
+           "jvp_old"}
+  assert set(data["seconds_median"]) == set(data["cpu_seconds_median"]) == cases
   assert all(value > 0 for value in data["seconds_median"].values())
-  assert set(data["ratios"]) == {"rows_over_steps", "python_over_rows", "native_over_rows"}
+  assert set(data["ratios"]) == {"rows_over_steps", "python_over_rows", "native_over_rows",
+                                 "rows_default_over_forward", "jvp_default_over_old",
+                                 "jvp_forward_over_old"}
   assert data["max_abs_A_rows_vs_native"] < 1e-6
 
 
@@ -271,7 +275,7 @@ def test_precision_benchmark_reports_every_derivative(tmp_path: Path) -> None:
   _run("precision.py", "cartpole", "--num-sims", "2", "--settle", "10", "--out", str(out))
   errors = _only_json(out, "precision-*.json")["errors"]["cartpole"]
   for key in ("jacfwd_step", "jacfwd_step_dqvel_dqpos", "transition_fd_A", "transition_fd_B",
-              "transition_fd_rows_A", "transition_fd_rows_B"):
+              "transition_fd_native_A", "transition_fd_native_B"):
     assert errors[key] >= 0, key
 
 

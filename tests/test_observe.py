@@ -105,7 +105,10 @@ def test_observation_derivatives_are_step_then_forward():
       new = mjbatch_jax.step(state, c, params)
       return mjbatch_jax.forward(new, params, ("xpos",))["xpos"].sum()
 
-    np.testing.assert_allclose(jax.grad(fused)(ctrl), jax.grad(composed)(ctrl), rtol=1e-12)
+    # The fused derivative differences the observations of the perturbed copies directly; the
+    # composed one chains forward's Jacobian after the step's: the same derivative, two
+    # difference quotients, equal to the truncation error.
+    np.testing.assert_allclose(jax.grad(fused)(ctrl), jax.grad(composed)(ctrl), rtol=1e-8)
     assert np.abs(np.asarray(jax.grad(fused)(ctrl))).max() > 0
     with pytest.raises(ValueError, match="in-step"):
       jax.grad(lambda c: mjbatch_jax.step(state, c, params, observe=("xpos",),
