@@ -288,9 +288,9 @@ def walks(metrics: dict[str, float]) -> bool:
 
 # -- training ------------------------------------------------------------------------------------
 
-# Two layers of 128: with three, the physics was 0.87-0.92 of an iteration's CPU time, the SGD
-# most of the rest (benchmarks/rl.py --time-to-walk measures it).
-NETWORK = {"policy_hidden_layer_sizes": (128, 128), "value_hidden_layer_sizes": (128, 128),
+# Two layers of 64: the SGD is most of an iteration's CPU time besides the physics, and with
+# 128 units it took 0.12-0.15 of it (benchmarks/rl.py --time-to-walk measures it).
+NETWORK = {"policy_hidden_layer_sizes": (64, 64), "value_hidden_layer_sizes": (64, 64),
            "activation": "elu", "distribution_type": "normal", "noise_std_type": "log",
            "init_noise_std": 0.8,
            # The first actions near zero (the home pose): a last layer 100 times smaller.
@@ -319,8 +319,11 @@ def train(args: argparse.Namespace, leader: bool) -> dict[str, Any]:
       f" iterations, {env.sim.num_threads} physics threads per process, {jax.process_count()} "
       f"process(es), {jax.device_count()} device(s)", flush=True)
 
+  load = []
+
   def log(p: ppo.Progress) -> None:
     m = p.metrics
+    load.append(os.getloadavg()[0])
     say(f"iter {p.iteration:4d}: {p.env_steps:>11,} env steps, train {p.wall_s:7.0f} s (CPU "
         f"{p.cpu_s:7.0f} s); 0.5 m/s check: error {m['eval/forward_error']:.3f} m/s, falls "
         f"{m['eval/falls']:2.0f}; kl {m.get('training/kl_mean', np.nan):.4f}, lr "
@@ -347,7 +350,9 @@ def train(args: argparse.Namespace, leader: bool) -> dict[str, Any]:
     "time_to_walk_s": None if first is None else first.wall_s,
     "time_to_walk_cpu_s": None if first is None else first.cpu_s,
     "time_to_walk_env_steps": None if first is None else first.env_steps,
-    "load_average": os.getloadavg(),
+    "time_to_walk_iterations": None if first is None else first.iteration,
+    "load_average": {"min": min(load, default=None), "median": float(np.median(load or [np.nan])),
+                     "max": max(load, default=None)},
     "ppo": {k: v for k, v in kwargs.items() if k != "randomization_fn"},
   }
   common.write_json(sibling(args.out, ".json"), summary)

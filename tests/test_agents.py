@@ -30,9 +30,17 @@ NETWORK = {"policy_hidden_layer_sizes": (16,), "value_hidden_layer_sizes": (16,)
            "activation": "tanh"}
 
 
+@pytest.fixture(autouse=True)
+def float32():
+  # Brax trains in float32; other test files switch x64 on for the whole session when imported.
+  with jax.enable_x64(False):
+    yield
+
+
 @pytest.fixture(scope="module")
 def env():
-  env = envs.CartPoleBalance(num_threads=1)
+  with jax.enable_x64(False):
+    env = envs.CartPoleBalance(num_threads=1)
   yield env
   env.close()
 
