@@ -49,6 +49,7 @@ def train_one(name: str, physics: str, budget: float, iterations_per_eval: int,
 
   import jax
 
+  from mjbatch_jax import envs
   from mjbatch_jax.envs import playground
 
   # By name: Brax and Playground are the optional playground extra.
@@ -60,7 +61,7 @@ def train_one(name: str, physics: str, budget: float, iterations_per_eval: int,
     "mujoco_playground.config.dm_control_suite_params")
   locomotion_params = importlib.import_module("mujoco_playground.config.locomotion_params")
 
-  playground.brax_jax_compat()
+  envs.install_brax_compat()
   start_wall, start_cpu = time.monotonic(), time.process_time()
   load = playground.load if physics == "mjbatch_jax" else playground.load_mjx
   env = load(name)

@@ -11,18 +11,47 @@ a ratio to the physics row, the compile time of each (its first call minus its s
 --memory the RSS of the env rollout at N=4096 minus N=16 (fresh processes).
 
   python benchmarks/rl.py unitree_go1 --num-envs 1024 --threads 2
+
+With --time-to-walk, the rows are Brax's PPO (`mjbatch_jax.agents.ppo`) training two tasks
+until their policy passes its check, each at the size it trains at:
+  go1_joystick:  examples/go1_joystick.py's task and settings (1024 envs x 24 steps per
+                 iteration); walks: mean forward-velocity error below 0.1 m/s at a 0.5 m/s
+                 command, with no fall, in its 10 s check of 16 envs
+  cheetah_run:   dm_control's cheetah run, held out from the library (tests.models.CHEETAH_XML,
+                 dm_control's body plan and numbers; reward min(forward speed / 10, 1) per 10 ms
+                 step; 512 envs x 20 steps x 4 per iteration); runs: a 1000-step episode of the
+                 deterministic policy earns >= 200 (2 m/s), the mean of 16
+Reported per row: the training time (wall and CPU, evaluations not counted, the first
+iteration's compilation counted), iterations and env steps from the first iteration until the
+check passed (with --run, those of a finished run, from its checkpoint's curve); then,
+continued from that policy one iteration per call: the compile time of one iteration (the first
+call's time minus the median of the others'), an iteration's CPU time, the physics alone of the
+same calls (the env's own step calls, replaying the controls the current policy chose on as
+many envs, timed between iterations) and its share of the iteration, env steps per CPU second
+(per core), and the time to walk scaled to the seed's 16 threads at that per-core rate. Load
+averages are recorded: on a shared machine the CPU times are the numbers to compare.
+
+  python benchmarks/rl.py --time-to-walk --threads 2
+  python benchmarks/rl.py --time-to-walk --tasks cheetah_run --max-iterations 50
+  python benchmarks/rl.py --time-to-walk --run go1_joystick=examples/results/go1_joystick.npz
 """
 
 import argparse
+import functools
 import json
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(1, str(Path(__file__).resolve().parents[1]))  # tests.models
+sys.path.insert(2, str(Path(__file__).resolve().parents[1] / "examples"))  # go1_joystick
 
 import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
@@ -30,6 +59,7 @@ import mujoco  # noqa: E402
 import numpy as np  # noqa: E402
 from _common import (  # noqa: E402
   RESULTS,
+  SHARED_MODELS,
   machine_info,
   model_label,
   pyplot,
@@ -39,6 +69,8 @@ from _common import (  # noqa: E402
 
 import mjbatch_jax  # noqa: E402
 from mjbatch_jax import envs  # noqa: E402
+from mjbatch_jax.agents import ppo  # noqa: E402
+from mjbatch_jax.envs.env import advance  # noqa: E402
 
 
 class Walk(envs.Env):
@@ -169,10 +201,250 @@ def memory_child(model_name: str, n: int, unroll: int, substeps: int, threads: i
   print(json.dumps({"rss_mb": rss_mb()}))
 
 
+# -- time to walk ---------------------------------------------------------------------------------
+
+
+class CheetahRun(envs.Env):
+  """dm_control's cheetah run on tests.models.CHEETAH_XML, written as a new user would.
+
+  Observation: qpos without the forward position, qvel; reward: min(forward speed / 10, 1);
+  episodes end by time only. Starts from a little noise on the joints.
+  """
+
+  def __init__(self, threads: int):
+    from tests.models import CHEETAH_XML
+
+    super().__init__(mujoco.MjModel.from_xml_string(CHEETAH_XML), 1, threads)
+
+  def reset(self, rng: jax.Array) -> envs.State:
+    nq = self.mj_model.nq
+    qpos = jax.random.uniform(rng, (nq,), minval=-0.1, maxval=0.1).at[:2].set(0.0)
+    data = self.make_data(qpos=qpos)
+    zero = jnp.zeros(())
+    return envs.State(data, self._obs(data), zero, zero, {"speed": zero})
+
+  def step(self, state: envs.State, action: jax.Array) -> envs.State:
+    data = self.pipeline_step(state.data, action)
+    speed = data.qvel[0]
+    return state.replace(data=data, obs=self._obs(data), reward=jnp.clip(speed / 10, 0.0, 1.0),
+                         metrics={**state.metrics, "speed": speed})
+
+  def _obs(self, data: envs.Data) -> jax.Array:
+    return jnp.concatenate([data.qpos[1:], data.qvel])
+
+
+class EpisodeReturn:
+  """The deterministic policy's return over one episode of num_envs envs (their mean)."""
+
+  def __init__(self, env: envs.Env, steps: int, num_envs: int = 16):
+    self.env = envs.VmapWrapper(envs.WarningWrapper(env))
+    self.steps, self.num_envs = steps, num_envs
+    self._runs: dict[int, Any] = {}
+
+  def _run(self, make_policy: Any, params: Any, key: jax.Array) -> jax.Array:
+    policy = make_policy(params, deterministic=True)
+    state = self.env.reset(jax.random.split(key, self.num_envs))
+
+    def one(state: envs.State, key: jax.Array) -> tuple[envs.State, jax.Array]:
+      state = self.env.step(state, policy(state.obs, key)[0])
+      return state, state.reward
+
+    return jnp.sum(jax.lax.scan(one, state, jax.random.split(key, self.steps))[1], 0).mean()
+
+  def __call__(self, make_policy: Any, params: Any) -> dict[str, float]:
+    run = self._runs.setdefault(id(make_policy), jax.jit(functools.partial(self._run,
+                                                                            make_policy)))
+    return {"episode_reward": float(run(params, jax.random.PRNGKey(1)))}
+
+
+class PhysicsProbe:
+  """Timed between training iterations: the physics alone of one iteration's step calls.
+
+  Keeps a batch of envs of its own (as many as training steps), wrapped as training wraps them;
+  each call rolls it on for one unroll under the current (stochastic) policy, recording the
+  controls, then times replaying them from the unroll's first rows with the env's own step call
+  (same substeps, observed fields and warnings), the compiled replay's least CPU time of two.
+  """
+
+  def __init__(self, env: envs.Env, kwargs: dict[str, Any]):
+    self.task, self.num_envs, self.unroll = env, kwargs["num_envs"], kwargs["unroll_length"]
+    self.env = envs.wrap_for_brax_training(
+      env, kwargs["episode_length"], randomization_fn=kwargs.get("randomization_fn"),
+      randomization_period=kwargs.get("randomization_period"))
+    self.state: Any = None
+    self._rolls: dict[int, Any] = {}
+    self._replay = jax.jit(self.replay)
+
+  def roll(self, make_policy: Any, params: Any, state: Any, key: jax.Array) -> Any:
+    policy = make_policy(params)
+
+    def one(state: envs.State, key: jax.Array) -> tuple[envs.State, jax.Array]:
+      state = self.env.step(state, policy(state.obs, key)[0])
+      return state, state.data.ctrl
+
+    return jax.lax.scan(one, state, jax.random.split(key, self.unroll))
+
+  def replay(self, rows: jax.Array, ctrls: jax.Array, params: Any) -> jax.Array:
+    task = self.task
+
+    def one(rows: jax.Array, ctrl: jax.Array) -> tuple[jax.Array, None]:
+      rows, _, _ = advance(rows, ctrl, params, task.n_substeps, task.observe,
+                           task.track_warnings, task.observe_at)
+      return rows, None
+
+    return jax.lax.scan(one, rows, ctrls)[0]
+
+  def __call__(self, make_policy: Any, params: Any) -> dict[str, float]:
+    roll = self._rolls.setdefault(id(make_policy), jax.jit(functools.partial(self.roll,
+                                                                              make_policy)))
+    key = jax.random.PRNGKey(len(self._rolls) + (0 if self.state is None else 7))
+    if self.state is None:  # two unrolls first: episodes under way, as in training
+      self.state = jax.jit(self.env.reset)(jax.random.split(key, self.num_envs))
+      for i in range(2):
+        self.state, _ = roll(params, self.state, jax.random.fold_in(key, i))
+    start = self.state
+    self.state, ctrls = roll(params, start, jax.random.fold_in(key, 2))
+    args = (start.data.row, ctrls, start.data.params)
+    jax.block_until_ready(self._replay(*args))  # compiled (once) and warm
+    cpu, wall = [], []
+    for _ in range(2):
+      c, w = time.process_time(), time.perf_counter()
+      jax.block_until_ready(self._replay(*args))
+      cpu.append(time.process_time() - c)
+      wall.append(time.perf_counter() - w)
+    return {"physics_cpu_s": min(cpu), "physics_wall_s": min(wall)}
+
+
+def go1_task(threads: int) -> tuple[envs.Env, dict[str, Any], Any, Callable[[dict], bool]]:
+  import go1_joystick as go1  # pyright: ignore[reportMissingImports]  (examples/, on the path)
+
+  scene = SHARED_MODELS / "unitree_go1" / "scene.xml"
+  env = go1.Joystick(scene, num_threads=threads)
+  return env, go1.training(env), go1.Evaluation(scene, threads), go1.walks
+
+
+CHEETAH_RUNS = 200.0  # reward of a 1000-step episode: 2 m/s on average
+# As MuJoCo Playground's CheetahRun trains (discount 0.99 here), at a CPU's size.
+CHEETAH_NETWORK = {"policy_hidden_layer_sizes": (32,) * 4, "value_hidden_layer_sizes": (256,) * 3}
+CHEETAH_PPO = {"num_envs": 512, "unroll_length": 20, "batch_size": 256, "num_minibatches": 8,
+               "episode_length": 1000, "num_updates_per_batch": 4, "learning_rate": 1e-3,
+               "entropy_cost": 1e-2, "discounting": 0.99, "reward_scaling": 10.0,
+               "normalize_observations": True}
+
+
+def cheetah_task(threads: int) -> tuple[envs.Env, dict[str, Any], Any, Callable[[dict], bool]]:
+  env = CheetahRun(threads)
+  kwargs = {**CHEETAH_PPO, "network": CHEETAH_NETWORK}
+  return (env, kwargs, EpisodeReturn(CheetahRun(threads), CHEETAH_PPO["episode_length"]),
+          lambda m: m["eval/episode_reward"] >= CHEETAH_RUNS)
+
+
+TASKS = {"go1_joystick": go1_task, "cheetah_run": cheetah_task}
+
+
+def time_to_walk_row(name: str, threads: int, max_iterations: int, eval_every: int, pairs: int,
+                     folder: Path, source: Path | None = None) -> dict[str, Any]:
+  """The task's row; from source (a finished run's checkpoint) instead of training if given."""
+  env, kwargs, evaluate, passes = TASKS[name](threads)
+  per_iteration = kwargs["batch_size"] * kwargs["num_minibatches"] * kwargs["unroll_length"]
+  kwargs = {**kwargs, "num_timesteps": max_iterations * per_iteration}
+  checkpoint = folder / f"{name}.npz"
+  load = [os.getloadavg()[0]]
+
+  def log(p: Any) -> None:
+    load.append(os.getloadavg()[0])
+    shown = {k: round(v, 3) for k, v in p.metrics.items() if k.startswith("eval/")}
+    print(f"  {name} iter {p.iteration:4d}: {p.env_steps:>10,} env steps, train {p.wall_s:6.0f}"
+          f" s (CPU {p.cpu_s:6.0f} s), {shown}", flush=True)
+
+  if source is None:
+    curve = ppo.train(env, **kwargs, iterations_per_eval=eval_every, evaluate=evaluate,
+                      stop=lambda p: passes(p.metrics), checkpoint=checkpoint, log=log).curve
+  else:  # the run's own curve; the timing below continues from its last policy, on a copy
+    shutil.copyfile(source, checkpoint)
+    curve = [ppo.Progress(**row) for row in ppo.read_checkpoint(checkpoint)[1]["curve"]]
+  first = next((p for p in curve if passes(p.metrics)), None)
+  done = curve[-1].iteration
+  # On from there, one iteration per call, the physics alone timed between them.
+  probe = PhysicsProbe(env, kwargs)
+  share = ppo.train(env, **{**kwargs, "num_timesteps": (done + pairs + 2) * per_iteration},
+                    iterations_per_eval=1, evaluate=probe, checkpoint=checkpoint, resume=True,
+                    log=log).curve[len(curve):]
+  wall = np.diff([curve[-1].wall_s] + [p.wall_s for p in share])
+  cpu = np.diff([curve[-1].cpu_s] + [p.cpu_s for p in share])
+  physics = np.array([p.metrics["eval/physics_cpu_s"] for p in share])
+  steady = slice(2, None)  # the first compiles the iteration, the second the probe's roll
+  iteration_cpu = float(np.median(cpu[steady]))
+  per_core = per_iteration / iteration_cpu
+  row = {
+    "source": "trained here" if source is None else str(source),
+    "passed": first is not None, "iterations_run": done,
+    "time_to_walk_s": None if first is None else first.wall_s,
+    "time_to_walk_cpu_s": None if first is None else first.cpu_s,
+    "time_to_walk_env_steps": None if first is None else first.env_steps,
+    "time_to_walk_iterations": None if first is None else first.iteration,
+    "env_steps_per_iteration": per_iteration, "num_envs": kwargs["num_envs"],
+    "compile_s": float(wall[0] - np.median(wall[steady])),
+    "compile_cpu_s": float(cpu[0] - np.median(cpu[steady])),
+    "iteration_wall_s": float(np.median(wall[steady])), "iteration_cpu_s": iteration_cpu,
+    "physics_cpu_s": float(np.median(physics[steady])),
+    "physics_share_cpu": float(np.median(physics[steady] / cpu[steady])),
+    "physics_share_cpu_range": [float(np.min(physics[steady] / cpu[steady])),
+                                float(np.max(physics[steady] / cpu[steady]))],
+    "env_steps_per_cpu_s": per_core,
+    "substeps_per_cpu_s": per_core * env.n_substeps,
+    "time_to_walk_16_threads_s": None if first is None else first.env_steps / (16 * per_core),
+    "load_average": [min(load), float(np.median(load)), max(load)],
+    "curve": [p.row() for p in curve],
+  }
+  env.close()
+  return row
+
+
+def time_to_walk(args: argparse.Namespace) -> None:
+  result: dict[str, Any] = {"machine": machine_info(sys.argv), "threads": args.threads,
+                            "rows": {}}
+  sources = {name: Path(path) for name, path in (item.split("=", 1) for item in args.run)}
+  folder = Path(tempfile.mkdtemp(prefix="rl-time-to-walk-"))
+  try:
+    for name in args.tasks.split(","):
+      print(f"{name}: training until the check passes (at most {args.max_iterations} "
+            "iterations)", flush=True)
+      row = time_to_walk_row(name, args.threads, args.max_iterations, args.eval_every,
+                             args.pairs, folder, sources.get(name))
+      result["rows"][name] = row
+      ttw = ("not reached" if not row["passed"] else
+             f"{row['time_to_walk_s']:.0f} s ({row['time_to_walk_cpu_s']:.0f} CPU s, "
+             f"{row['time_to_walk_env_steps']:,} env steps, {row['time_to_walk_iterations']} "
+             f"iterations; {row['time_to_walk_16_threads_s']:.0f} s at 16 threads' rate)")
+      print(f"{name}: time to walk {ttw}; compile {row['compile_s']:.1f} s "
+            f"(CPU {row['compile_cpu_s']:.1f} s); iteration {row['iteration_cpu_s']:.2f} CPU s, "
+            f"physics alone {row['physics_cpu_s']:.2f} CPU s: share "
+            f"{row['physics_share_cpu']:.3f} ({row['physics_share_cpu_range'][0]:.3f}-"
+            f"{row['physics_share_cpu_range'][1]:.3f}); {row['env_steps_per_cpu_s']:,.0f} env "
+            f"steps per CPU s ({row['substeps_per_cpu_s']:,.0f} substeps); load average "
+            f"{row['load_average'][1]:.1f}", flush=True)
+  finally:
+    shutil.rmtree(folder, ignore_errors=True)
+  out = write_result(args.out, "rl-time-to-walk", result)
+  plt = pyplot()
+  if plt is not None:
+    fig, axes = plt.subplots(1, len(result["rows"]), figsize=(5.5 * len(result["rows"]), 3.6),
+                             squeeze=False)
+    for ax, (name, row) in zip(axes[0], result["rows"].items(), strict=True):
+      key = [k for k in row["curve"][0]["metrics"] if k.startswith("eval/")][0]
+      ax.plot([p["wall_s"] / 60 for p in row["curve"]],
+              [p["metrics"][key] for p in row["curve"]], "o-", ms=3)
+      ax.set(xlabel="training time (min)", ylabel=key, title=name)
+    fig.tight_layout()
+    fig.savefig(out.with_suffix(".png"), dpi=120)
+
+
 def main(argv: list[str]) -> None:
   parser = argparse.ArgumentParser(description=__doc__,
                                    formatter_class=argparse.RawDescriptionHelpFormatter)
-  parser.add_argument("model", help="an XML path or a folder under ../shared/models")
+  parser.add_argument("model", nargs="?",
+                      help="an XML path or a folder under ../shared/models (not --time-to-walk)")
   parser.add_argument("--num-envs", type=int, default=1024)
   parser.add_argument("--unroll", type=int, default=24)
   parser.add_argument("--substeps", type=int, default=5)
@@ -186,7 +458,39 @@ def main(argv: list[str]) -> None:
                       help="also RSS of the env rollout at N=4096 minus N=16")
   parser.add_argument("--memory-child", type=int, default=0, help=argparse.SUPPRESS)
   parser.add_argument("--out", type=Path, default=RESULTS, help="folder for the JSON")
+  parser.add_argument("--time-to-walk", action="store_true",
+                      help="train the --tasks with Brax's PPO until their checks pass instead")
+  parser.add_argument("--tasks", default=",".join(TASKS),
+                      help=f"for --time-to-walk, comma-separated of {', '.join(TASKS)}")
+  parser.add_argument("--max-iterations", type=int, default=400,
+                      help="for --time-to-walk: give up after this many iterations")
+  parser.add_argument("--eval-every", type=int, default=5,
+                      help="for --time-to-walk: iterations between checks")
+  parser.add_argument("--pairs", type=int, default=6,
+                      help="for --time-to-walk: timed iterations (each with a physics replay)")
+  parser.add_argument("--run", action="append", default=[], metavar="TASK=CHECKPOINT",
+                      help="for --time-to-walk: take TASK's time to walk from a finished run's "
+                      "checkpoint (its curve; the timing continues from its policy) instead of "
+                      "training, e.g. go1_joystick=examples/results/go1_joystick.npz")
   args = parser.parse_args(argv)
+  if args.time_to_walk:
+    unknown = sorted(set(args.tasks.split(",")) - set(TASKS))
+    if unknown:
+      parser.error(f"--tasks: unknown {unknown}; the tasks are {', '.join(TASKS)}")
+    if min(args.max_iterations, args.eval_every, args.pairs) < 1 or args.threads < 0:
+      parser.error("--max-iterations, --eval-every and --pairs must be >= 1")
+    for item in args.run:
+      name, _, path = item.partition("=")
+      if name not in TASKS or not Path(path).is_file():
+        parser.error(f"--run {item}: expected TASK=CHECKPOINT with TASK in {', '.join(TASKS)} "
+                     "and an existing checkpoint file")
+    if args.max_iterations % args.eval_every:
+      parser.error(f"--max-iterations {args.max_iterations} must be a multiple of --eval-every "
+                   f"{args.eval_every}")
+    time_to_walk(args)
+    return
+  if args.model is None:
+    parser.error("the model is required (unless --time-to-walk)")
   if min(args.num_envs, args.unroll, args.substeps, args.repeats) < 1 or args.threads < 0:
     parser.error("sizes must be >= 1 and --threads >= 0")
   if args.memory_child:

@@ -14,8 +14,6 @@ import importlib
 import time
 
 import jax
-import jax.numpy as jnp
-import numpy as np
 
 from mjbatch_jax import envs
 
@@ -55,20 +53,8 @@ def run_random_policy(num_envs: int, steps: int) -> None:
   print(f"{num_envs * steps / elapsed:,.0f} env-steps/s")
 
 
-def replicated(value, devices):
-  """jax.device_put_replicated, which JAX 0.10 removed and Brax 0.14.2 still calls (Brax's main
-  branch has its own copy since google/brax@303d89d): value stacked once per device."""
-  mesh = jax.sharding.Mesh(np.array(devices), ("replica",))
-  sharding = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec("replica"))
-  return jax.tree.map(
-    lambda x: jax.device_put(jnp.stack([jnp.asarray(x)] * len(devices)), sharding), value
-  )
-
-
 def train_ppo() -> None:
   ppo = importlib.import_module("brax.training.agents.ppo.train")  # the optional [rl] extra
-  if not hasattr(jax, "device_put_replicated"):
-    jax.device_put_replicated = replicated
 
   def progress(step, metrics):
     print(f"step {step}: eval reward {metrics['eval/episode_reward']:.1f}")

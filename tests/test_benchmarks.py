@@ -305,6 +305,31 @@ def test_rl_benchmark_reports_both_rollouts(
   assert result["env_over_physics_wall"] > 0
 
 
+def test_rl_time_to_walk_reports_its_row(tmp_path: Path) -> None:
+  # Two iterations of the held-out cheetah (its check cannot pass so soon), then the timed
+  # iterations with the physics replayed between them: the row's plumbing, not its numbers.
+  pytest.importorskip("brax.training.agents.ppo.train",
+                      reason="Brax is not installed: `pip install -e '.[rl]'` (brax 0.14)")
+  out = tmp_path / "results"
+  proc = subprocess.run(
+    [sys.executable, str(BENCHMARKS / "rl.py"), "--time-to-walk", "--tasks", "cheetah_run",
+     "--max-iterations", "2", "--eval-every", "1", "--pairs", "3", "--threads", "1",
+     "--out", str(out)], capture_output=True, text=True, timeout=1200)
+  assert proc.returncode == 0, proc.stderr[-3000:]
+  row = _only_json(out, "rl-time-to-walk-*.json")["rows"]["cheetah_run"]
+  assert not row["passed"] and row["time_to_walk_s"] is None and row["iterations_run"] == 2
+  assert [p["iteration"] for p in row["curve"]] == [1, 2]
+  assert "eval/episode_reward" in row["curve"][0]["metrics"]
+  assert row["env_steps_per_iteration"] == 512 * 20 * 4
+  assert row["iteration_cpu_s"] > 0 and row["physics_cpu_s"] > 0
+  assert 0 < row["physics_share_cpu"] < 1 and row["env_steps_per_cpu_s"] > 0
+  assert "time to walk not reached" in proc.stdout
+  bad = subprocess.run([sys.executable, str(BENCHMARKS / "rl.py"), "--time-to-walk", "--run",
+                        "go1_joystick=/nonexistent.npz"], capture_output=True, text=True,
+                       timeout=300)
+  assert bad.returncode == 2 and "expected TASK=CHECKPOINT" in bad.stderr, bad.stderr
+
+
 def _contact_pairs(model) -> set[tuple[str, str]]:
   import mujoco
 

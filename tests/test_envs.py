@@ -309,21 +309,30 @@ def test_brax_is_not_imported_by_the_package():
   assert out.stdout.split() == ["False", "False"]
 
 
-def replicated(value, devices):
-  """jax.device_put_replicated, which JAX 0.10 removed and Brax 0.14.2 still calls (Brax's main
-  branch has its own copy since google/brax@303d89d): value stacked once per device."""
-  mesh = jax.sharding.Mesh(np.array(devices), ("replica",))
-  sharding = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec("replica"))
-  return jax.tree.map(
-    lambda x: jax.device_put(jnp.stack([jnp.asarray(x)] * len(devices)), sharding), value
-  )
+def test_brax_compat_puts_back_device_put_replicated(monkeypatch):
+  # As JAX 0.9 had it: the value stacked once per device, shard i on device i.
+  monkeypatch.delattr(jax, "device_put_replicated", raising=False)
+  envs.install_brax_compat()
+  devices = jax.local_devices()
+  tree = {"a": jnp.arange(3.0), "b": 7}
+  out = jax.device_put_replicated(tree, devices)  # pyright: ignore[reportAttributeAccessIssue]
+  assert out["a"].shape == (len(devices), 3) and out["b"].shape == (len(devices),)
+  for shard, device in zip(out["a"].addressable_shards, devices, strict=True):
+    assert shard.device == device
+    np.testing.assert_array_equal(np.asarray(shard.data), [[0.0, 1.0, 2.0]])
+  with pytest.raises(ValueError, match="at least one device"):
+    jax.device_put_replicated(tree, [])  # pyright: ignore[reportAttributeAccessIssue]
+  # A JAX that has its own keeps it.
+  own = object()
+  monkeypatch.setattr(jax, "device_put_replicated", own, raising=False)
+  envs.install_brax_compat()
+  assert jax.device_put_replicated is own  # pyright: ignore[reportAttributeAccessIssue]
 
 
-def test_brax_ppo_trains_on_the_cartpole(monkeypatch):
+def test_brax_ppo_trains_on_the_cartpole():
+  # Brax's own ppo.train, given wrap_for_brax_training, as a user calls it: the wrapper supplies
+  # what Brax 0.14.2 needs of JAX (install_brax_compat).
   ppo = pytest.importorskip("brax.training.agents.ppo.train", reason=BRAX_MISSING)
-
-  if not hasattr(jax, "device_put_replicated"):
-    monkeypatch.setattr(jax, "device_put_replicated", replicated, raising=False)
 
   progress = []
   # Brax trains in float32, as its networks do.

@@ -1,14 +1,17 @@
-"""The Go1 PPO trainer data-parallel over processes computes what it does over devices.
+"""Brax's PPO on the Go1 task trains data-parallel over processes, through the library's layer.
 
-examples/go1_joystick.py under `python -m mjbatch_jax.launch -n 2` (gloo collectives between
-processes) against the same command in one process with 2 CPU devices (XLA's collectives within
-it): the same shard_map program over 2 devices, so the saved policies must agree bit for bit.
+examples/go1_joystick.py trains with `mjbatch_jax.agents.ppo` (Brax's ppo.train, a pmap whose
+gradients and observation statistics are pmean-ed over its axis); under `python -m
+mjbatch_jax.launch -n 2` that axis spans both processes, with gloo collectives between them.
+Each process steps its own half of the envs on its own draws, so the processes' networks can
+only agree if every update was averaged over both: the test asserts they agree bit for bit, and
+that the observation statistics counted every process's observations.
 """
 
+import json
 import os
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import numpy as np
@@ -18,12 +21,33 @@ from tests.models import GO1, MODELS_MISSING
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLE = ROOT / "examples" / "go1_joystick.py"
-LIMIT = 300  # seconds for any one run, in the worst case (a busy 2-CPU machine)
-# The reduced size of tests/test_examples.py::test_go1_joystick.
-ARGS = ["--num-envs", "8", "--unroll", "4", "--iterations", "2", "--episode-length", "20",
-        "--threads", "1"]
+LIMIT = 600  # seconds for any one run, in the worst case (a busy 2-CPU machine)
+NUM_ENVS, UNROLL, ITERATIONS = 8, 4, 2
+ARGS = ["--num-envs", str(NUM_ENVS), "--unroll", str(UNROLL), "--iterations", str(ITERATIONS),
+        "--eval-every", "1", "--episode-length", "20", "--minibatches", "2", "--threads", "1"]
 
 pytestmark = pytest.mark.skipif(not GO1.exists(), reason=MODELS_MISSING)
+
+# The example's training call (go1.training + agents.ppo.train, after distributed.setup as its
+# main does), each process saving the networks it ends with.
+TRAIN = f"""
+import sys
+import numpy as np
+sys.path.insert(0, "examples")
+import common
+import go1_joystick as go1
+from mjbatch_jax import distributed
+dist = distributed.setup(go1.go1_model(common.GO1_SCENE, go1.default_config()), {NUM_ENVS}, 1)
+import jax
+from mjbatch_jax.agents import ppo
+env = go1.Joystick(common.GO1_SCENE, num_threads=1)
+kwargs = go1.training(env, num_envs={NUM_ENVS}, unroll={UNROLL}, iterations={ITERATIONS},
+                      episode_length=20, minibatches=2)
+trained = ppo.train(env, **kwargs, iterations_per_eval=1)
+leaves = [np.asarray(leaf) for leaf in jax.tree.leaves(trained.params)]
+np.savez(f"{{sys.argv[1]}}_{{jax.process_index()}}.npz", *leaves,
+         count=np.asarray(trained.params[0].count.lo), local_envs=jax.local_device_count())
+"""
 
 
 def environment(**extra: str) -> dict[str, str]:
@@ -48,68 +72,45 @@ def finish(proc: subprocess.Popen[str], what: str) -> str:
   return out
 
 
-INITIAL = """
-import sys
-import jax
-import numpy as np
-sys.path.insert(0, "examples")
-import go1_joystick as go1
-
-# As train() makes it from --seed 0: the policy before the first iteration.
-k_train, _, _ = jax.random.split(jax.random.PRNGKey(0), 3)
-state = go1.init_train(k_train, 12)
-arrays = {"log_std": state.params["log_std"]}
-for net in ("policy", "value"):
-  for i, layer in enumerate(state.params[net]):
-    arrays[f"{net}_w{i}"], arrays[f"{net}_b{i}"] = layer["w"], layer["b"]
-np.savez(sys.argv[1], **{k: np.asarray(v) for k, v in arrays.items()})
-"""
-
-
-@pytest.mark.slow
-def test_two_processes_train_as_two_devices_in_one(tmp_path):
-  began = time.perf_counter()
-  processes, devices, initial = (tmp_path / f"{name}.npz"
-                                 for name in ("processes", "devices", "initial"))
-  # The three at once: most of each is compiling, in one thread.
-  runs = {
-    "2 processes under the launcher": start(
-      ["-m", "mjbatch_jax.launch", "--timeout", str(LIMIT), "-n", "2", str(EXAMPLE), *ARGS,
-       "--out", str(processes)], environment()),
-    "1 process with 2 CPU devices": start(
-      [str(EXAMPLE), *ARGS, "--out", str(devices)],
-      environment(XLA_FLAGS="--xla_force_host_platform_device_count=2")),
-    "the initial policy": start(["-c", INITIAL, str(initial)], environment()),
+def test_two_processes_average_every_update(tmp_path):
+  pytest.importorskip("brax.training.agents.ppo.train", reason="Brax is not installed")
+  launcher = ["-m", "mjbatch_jax.launch", "--timeout", str(LIMIT), "-n", "2"]
+  checkpoint, script = tmp_path / "cli.npz", tmp_path / "train.py"
+  script.write_text(TRAIN)
+  runs = {  # both at once: most of each is compiling
+    "the training call in 2 processes": start(
+      [*launcher, str(script), str(tmp_path / "params")], environment()),
+    "the example in 2 processes": start(
+      [*launcher, str(EXAMPLE), *ARGS, "--out", str(checkpoint)], environment()),
   }
   outs = {what: finish(proc, what) for what, proc in runs.items()}
 
-  launched = outs["2 processes under the launcher"]
-  assert "[0] Go1 joystick PPO" in launched and "data-parallel over 2 devices of 2 process(es), " \
-    "4 envs here" in launched, launched
-  assert "[1] Go1 joystick PPO" not in launched, "process 1 printed: process 0 alone should"
-  assert "data-parallel over 2 devices of 1 process(es), 8 envs here" in outs[
-    "1 process with 2 CPU devices"]
+  first, second = (np.load(tmp_path / f"params_{rank}.npz") for rank in (0, 1))
+  assert int(first["local_envs"]) == 1 and first.files == second.files
+  differ = [k for k in first.files if not np.array_equal(first[k], second[k])]
+  assert not differ, differ  # the same networks: every gradient averaged over both processes
+  # The normaliser counted both processes' observations: all the envs' steps.
+  assert int(first["count"]) == NUM_ENVS * UNROLL * ITERATIONS
+  assert all(np.all(np.isfinite(first[k])) for k in first.files)
 
-  saved, reference, before = (np.load(path) for path in (processes, devices, initial))
-  names = [k for k in saved.files if k != "meta"]
-  assert sorted(names) == sorted(k for k in reference.files if k != "meta")
-  # The collectives across processes compute what the in-process data-parallel program does.
-  differ = [k for k in names if not np.array_equal(saved[k], reference[k])]
-  assert not differ, {k: float(np.max(np.abs(saved[k] - reference[k]))) for k in differ}
-  assert all(np.all(np.isfinite(saved[k])) for k in names)
-  assert float(saved["obs_count"]) > 1  # the normaliser saw both processes' observations
-  trained = [k for k in before.files if not np.array_equal(saved[k], before[k])]
-  assert "log_std" in trained and "policy_w0" in trained and "value_w0" in trained, trained
-  assert all((tmp_path / f"processes_curve.{ext}").is_file() for ext in ("json", "png"))
-  print(f"3 runs in {time.perf_counter() - began:.0f} s")
+  cli = outs["the example in 2 processes"]
+  assert "[0] Go1 joystick, Brax's PPO" in cli and "2 process(es), 2 device(s)" in cli, cli
+  assert "[1] " not in cli, "process 1 printed: process 0 alone should"
+  assert f"[0] iter    {ITERATIONS}:" in cli, cli
+  summary = json.loads((tmp_path / "cli.json").read_text())
+  assert summary["processes"] == 2 and summary["env_steps"] == NUM_ENVS * UNROLL * ITERATIONS
+  saved = np.load(checkpoint)
+  meta = json.loads(str(saved["__meta__"]))
+  assert [row["iteration"] for row in meta["curve"]] == list(range(1, ITERATIONS + 1))
+  counts = [k for k in saved.files if k.endswith(".count.lo")]
+  assert counts and int(saved[counts[0]]) == NUM_ENVS * UNROLL * ITERATIONS, saved.files
 
 
-@pytest.mark.slow
 def test_refusals(tmp_path):
   # --num-envs must split evenly over every process's devices: each process says so and stops.
   done = subprocess.run(
     [sys.executable, str(EXAMPLE), "--processes", "2", *ARGS, "--num-envs", "3",
-     "--out", str(tmp_path / "unused.npz")],
+     "--minibatches", "1", "--out", str(tmp_path / "unused.npz")],
     env=environment(), cwd=ROOT, capture_output=True, text=True, timeout=LIMIT,
   )
   assert done.returncode == 2, done.stdout + done.stderr

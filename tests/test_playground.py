@@ -27,6 +27,7 @@ mjx_env = pytest.importorskip("mujoco_playground._src.mjx_env")
 pg_wrapper = pytest.importorskip("mujoco_playground._src.wrapper")
 registry = pytest.importorskip("mujoco_playground").registry
 
+from mjbatch_jax import envs  # noqa: E402
 from mjbatch_jax.envs import playground  # noqa: E402
 
 N = 2
@@ -243,7 +244,7 @@ def test_brax_ppo_trains_a_playground_env_on_our_physics():
   """Brax's PPO through Playground's own training wrappers (auto-reset of our data included),
   tiny sizes; benchmarks/playground_ppo.py runs the real thing."""
   ppo = pytest.importorskip("brax.training.agents.ppo.train", reason=PLAYGROUND_MISSING)
-  playground.brax_jax_compat()
+  envs.install_brax_compat()
   progress = []
   with jax.enable_x64(False):  # Brax trains in float32, as its networks do
     env = playground.load("CartpoleBalance", num_threads=1)

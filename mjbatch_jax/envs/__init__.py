@@ -21,6 +21,7 @@ from mjbatch_jax.envs.wrappers import (
   VmapWrapper,
   WarningWrapper,
   Wrapper,
+  install_brax_compat,
   wrap_for_brax_training,
 )
 
@@ -39,5 +40,6 @@ __all__ = [
   "WarningWrapper",
   "Wrapper",
   "check_action",
+  "install_brax_compat",
   "wrap_for_brax_training",
 ]

@@ -680,27 +680,3 @@ def _tetrahedron_stl(size: float = 0.01) -> bytes:
 
 
 _PLACEHOLDER_STL = _tetrahedron_stl()
-
-
-def brax_jax_compat() -> None:
-  """Gives JAX >= 0.10 back `jax.device_put_replicated`, which Brax 0.14.2's trainers call.
-
-  JAX 0.10 removed it (Brax's main branch has its own copy since google/brax@303d89d); this puts
-  one in that stacks a value once per device, as the removed function did. Does nothing where
-  JAX still has it.
-
-  Example:
-    playground.brax_jax_compat()
-    make_policy, params, metrics = ppo.train(environment=env, ...)
-  """
-  if hasattr(jax, "device_put_replicated"):
-    return
-
-  def replicated(value: Any, devices: Any) -> Any:
-    mesh = jax.sharding.Mesh(np.array(devices), ("replica",))
-    sharding = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec("replica"))
-    return jax.tree.map(
-      lambda x: jax.device_put(jnp.stack([jnp.asarray(x)] * len(devices)), sharding), value
-    )
-
-  jax.device_put_replicated = replicated  # type: ignore[attr-defined]

@@ -243,6 +243,39 @@ def _positive_int(name: str, value: Any, alternative: str = "") -> int:
   return int(value)
 
 
+# The pmap axis of Brax's training agents: the arrays put here get the sharding that their pmap
+# hands back, so that its training epoch compiles once rather than again on its second call.
+_BRAX_AXIS = "i"
+
+
+def _device_put_replicated(value: Any, devices: Any) -> Any:
+  """jax.device_put_replicated as JAX 0.9 had it: value stacked once per device, one per shard."""
+  devices = list(devices)
+  if not devices:
+    raise ValueError("device_put_replicated needs at least one device, got none")
+  mesh = jax.sharding.Mesh(np.array(devices), (_BRAX_AXIS,))
+  sharding = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec(_BRAX_AXIS))
+
+  def put(x: Any) -> jax.Array:
+    x = jnp.asarray(x)
+    return jax.device_put(jnp.broadcast_to(x, (len(devices), *x.shape)), sharding)
+
+  return jax.tree.map(put, value)
+
+
+def install_brax_compat() -> None:
+  """Supply what Brax 0.14.2's training agents call and JAX >= 0.10 removed.
+
+  Brax 0.14.2 replicates its training state with `jax.device_put_replicated`, which JAX 0.10
+  removed (Brax's main branch carries its own copy since google/brax@303d89d). Where JAX lacks
+  it, this puts back a function with its old meaning; where JAX has it, nothing changes.
+  `wrap_for_brax_training` calls it, so code that passes that as `wrap_env_fn` needs nothing
+  else.
+  """
+  if not hasattr(jax, "device_put_replicated"):
+    jax.device_put_replicated = _device_put_replicated  # pyright: ignore[reportAttributeAccessIssue]
+
+
 def wrap_for_brax_training(
   env: Any,
   episode_length: int = 1000,
@@ -255,13 +288,15 @@ def wrap_for_brax_training(
   Pass it as `wrap_env_fn` to `brax.training.agents.ppo.train` (and the other agents), which
   calls it with episode_length, action_repeat and randomization_fn (the one given to train, with
   its rng bound; ours passes rng again per env). Envs whose physics raised a bad-number warning
-  are done.
+  are done. It also supplies `jax.device_put_replicated` to Brax 0.14.2 where JAX lacks it
+  (`install_brax_compat`).
 
   Example:
     make_policy, params, metrics = ppo.train(
       CartPoleBalance(), num_timesteps=1_000_000, episode_length=500, num_envs=1024,
       wrap_env_fn=wrap_for_brax_training)
   """
+  install_brax_compat()
   wrapped: Any = WarningWrapper(env)
   if randomization_fn is None:
     wrapped = VmapWrapper(wrapped)
