@@ -19,7 +19,7 @@ from mjbatch_jax.layout import StateLayout
 from mjbatch_jax.names import JointSlices, Names
 
 if TYPE_CHECKING:
-  from mjbatch_jax import distributed, envs, launch, rotations
+  from mjbatch_jax import control, distributed, envs, launch, rotations
   from mjbatch_jax.derivatives import param_fd, transition_fd
   from mjbatch_jax.functions import NWARNING, forward, rollout, simulation_errors, step
   from mjbatch_jax.params import Params
@@ -44,7 +44,7 @@ _LAZY = {
 
 
 # Submodules reached as attributes (mjbatch_jax.distributed) without importing them up front.
-_SUBMODULES = ("distributed", "envs", "launch", "rotations")
+_SUBMODULES = ("control", "distributed", "envs", "launch", "rotations")
 
 
 def __getattr__(name: str) -> Any:
@@ -75,6 +75,7 @@ __all__ = [
   "Simulator",
   "Site",
   "StateLayout",
+  "control",
   "distributed",
   "envs",
   "forward",

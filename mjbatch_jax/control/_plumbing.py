@@ -1,0 +1,249 @@
+"""What the planners share: argument checks, params as rows, the state's tangent space, plan costs.
+
+Every check here runs in Python on shapes and static values, before any custom call exists.
+"""
+
+import math
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import mujoco
+import numpy as np
+from jax.core import Tracer
+
+from mjbatch_jax import _checks
+from mjbatch_jax import functions as fn
+from mjbatch_jax.control import cost as cost_lib
+from mjbatch_jax.params import Params, SimSpec
+from mjbatch_jax.tangent import Joints, differentiate_pos, integrate_pos
+
+# Warnings after which MuJoCo has reset a simulation (mj_checkPos/Vel/Acc) or zeroed its
+# controls: the row's later states are not what its controls did, so its cost is not a cost.
+_DIVERGED = np.array([
+  int(mujoco.mjtWarning.mjWARN_BADQPOS), int(mujoco.mjtWarning.mjWARN_BADQVEL),
+  int(mujoco.mjtWarning.mjWARN_BADQACC), int(mujoco.mjtWarning.mjWARN_BADCTRL),
+])
+
+
+def spec_of(params: Any) -> SimSpec:
+  return _checks.check_params(params)
+
+
+def check_count(name: str, value: Any, low: int = 1) -> int:
+  if not isinstance(value, int | np.integer) or isinstance(value, bool) or value < low:
+    raise ValueError(f"{name} must be an int >= {low}, got {value!r}")
+  return int(value)
+
+
+def check_cost(cost: Any) -> cost_lib.Cost:
+  if not isinstance(cost, cost_lib.Cost):
+    raise ValueError(f"cost must be a control.Cost, got {type(cost).__name__}")
+  if not callable(cost.residual):
+    raise ValueError(f"Cost.residual must be a function, got {cost.residual!r}")
+  observe = cost.observe
+  if isinstance(observe, str) or not all(isinstance(f, str) for f in observe):
+    raise ValueError(f"Cost.observe must be a sequence of mjData field names, got {observe!r}")
+  return cost._replace(terms=cost_lib.check_terms(cost.terms), observe=tuple(observe))
+
+
+def check_plan(name: str, ctrls: Any, nu: int) -> jax.Array:
+  """ctrls (T, nu) with T >= 1."""
+  ctrls = _checks.floating(name, ctrls)
+  if ctrls.ndim != 2 or ctrls.shape[1] != nu:
+    raise ValueError(f"{name} must be (T, nu={nu}) controls, got shape {ctrls.shape}")
+  if ctrls.shape[0] < 1:
+    raise ValueError(f"{name} has a horizon of 0 knots: a plan needs T >= 1 controls")
+  return ctrls
+
+
+def check_start(start: Any, spec: SimSpec) -> jax.Array:
+  start = _checks.floating("start", start)
+  if start.shape != (spec.nstate,):
+    raise ValueError(f"start must be one state row of shape ({spec.nstate},), got {start.shape}")
+  return start
+
+
+def check_bounds(bounds: Any, spec: SimSpec, what: str = "bounds") -> tuple[jax.Array, jax.Array]:
+  """(lower, upper) of the controls: given, or the model's ctrlrange (unlimited: infinite)."""
+  nu = spec.nu
+  if bounds is None:
+    info = spec.model_info
+    rng = np.asarray(info.ctrlrange, dtype=np.float64).reshape(nu, 2)
+    limited = np.asarray(info.ctrllimited, dtype=bool)
+    lo = np.where(limited, rng[:, 0], -np.inf)
+    hi = np.where(limited, rng[:, 1], np.inf)
+    return jnp.asarray(lo), jnp.asarray(hi)
+  try:
+    lo, hi = bounds
+  except (TypeError, ValueError):
+    raise ValueError(f"{what} must be a pair (lower, upper) of (nu={nu},) arrays or numbers, got "
+                     f"{bounds!r}") from None
+  lo = jnp.broadcast_to(_checks.floating(f"{what}[0]", lo), (nu,))
+  hi = jnp.broadcast_to(_checks.floating(f"{what}[1]", hi), (nu,))
+  if not isinstance(lo, Tracer) and not isinstance(hi, Tracer):
+    if np.any(np.isnan(np.asarray(lo))) or np.any(np.isnan(np.asarray(hi))):
+      raise ValueError(f"{what} must not hold NaN, got {lo} and {hi}")
+    bad = np.flatnonzero(np.asarray(lo) > np.asarray(hi))
+    if bad.size:
+      raise ValueError(f"{what}: lower > upper for controls {bad.tolist()} (lower "
+                       f"{np.asarray(lo)[bad].tolist()}, upper {np.asarray(hi)[bad].tolist()})")
+  return lo, hi
+
+
+def rows(params: Params, n: int) -> Params:
+  """params of one simulation (leaves with a leading 1, or already n rows) as n rows."""
+  spec = params.spec
+  new = {}
+  for i, (name, value) in enumerate(zip(spec.fields, params.values(), strict=True)):
+    if spec.is_shared(i):
+      continue
+    entry = spec.leaf_shape(i)
+    shape = tuple(jnp.shape(value))
+    if shape == (n, *entry):
+      continue
+    if shape not in ((1, *entry), entry):
+      raise ValueError(f"params[{name!r}] must be of one simulation (shape {(1, *entry)}) or of "
+                       f"{n} (shape {(n, *entry)}), got {shape}")
+    new[name] = jnp.broadcast_to(jnp.asarray(value), (n, *entry))
+  return params.replace(new) if new else params
+
+
+def check_params_rows(params: Any, allowed: tuple[int, ...]) -> SimSpec:
+  """params whose per-simulation leaves have one of the leading sizes allowed (or none)."""
+  spec = spec_of(params)
+  for i, (name, value) in enumerate(zip(spec.fields, params.values(), strict=True)):
+    if spec.is_shared(i):
+      continue
+    entry = spec.leaf_shape(i)
+    shape = tuple(jnp.shape(value))
+    if shape != entry and not (shape[1:] == entry and len(shape) == len(entry) + 1
+                               and shape[0] in allowed):
+      want = " or ".join(str((n, *entry)) for n in allowed)
+      raise ValueError(f"params[{name!r}] must have shape {want}, got {shape}")
+  return spec
+
+
+class Tangent:
+  """The state's tangent space x = (qpos tangent, qvel, act), nx = 2 nv + na, as transition_fd's."""
+
+  def __init__(self, spec: SimSpec):
+    info = spec.model_info
+    self.joints = Joints.of(info.model)
+    self.layout = info.layout
+    self.nv, self.na = info.nv, info.na
+    self.nx = 2 * self.nv + self.na
+    lay = self.layout
+    self.rest = np.r_[np.arange(lay.qvel.start, lay.qvel.stop), np.arange(lay.act.start,
+                                                                          lay.act.stop)]
+
+  def difference(self, nominal: jax.Array, rows: jax.Array) -> jax.Array:
+    """(..., nx): rows minus nominal in the tangent space."""
+    q = self.layout.qpos
+    dq = differentiate_pos(self.joints, nominal[..., q], rows[..., q], 1.0)
+    return jnp.concatenate([dq, rows[..., self.rest] - nominal[..., self.rest]], axis=-1)
+
+  def retract(self, rows: jax.Array, dx: jax.Array) -> jax.Array:
+    """rows moved by tangent dx (..., nx)."""
+    q = self.layout.qpos
+    qpos = integrate_pos(self.joints, rows[..., q], dx[..., : self.nv], 1.0)
+    rows = rows.at[..., q].set(qpos)
+    return rows.at[..., self.rest].add(dx[..., self.nv :])
+
+
+def diverged(warnings: jax.Array) -> jax.Array:
+  """(...,) whether MuJoCo reset a simulation (bad qpos/qvel/qacc) or zeroed its controls."""
+  return jnp.any(warnings[..., _DIVERGED] > 0, axis=-1)
+
+
+def observe_shapes(spec: SimSpec, observe: tuple[str, ...]) -> dict[str, tuple[int, ...]]:
+  return {name: _checks.forward_shape(spec, name) for name in observe}
+
+
+def residuals(cost: cost_lib.Cost, states: jax.Array, ctrls: jax.Array, obs: dict,
+              t: jax.Array) -> jax.Array:
+  """residual of every state row (..., nstate) with its ctrl (..., nu), obs and knot t (...)."""
+  lead = states.shape[:-1]
+  m = math.prod(lead)
+  flat_obs = {k: v.reshape(m, *v.shape[len(lead):]) for k, v in obs.items()}
+  out = jax.vmap(cost.residual)(states.reshape(m, -1), ctrls.reshape(m, -1), flat_obs,
+                                jnp.broadcast_to(t, lead).reshape(m).astype(jnp.int32))
+  return out.reshape(*lead, out.shape[-1])
+
+
+def plan_residuals(cost: cost_lib.Cost, states: jax.Array, ctrls: jax.Array, obs: dict
+                   ) -> jax.Array:
+  """(..., T + 1, nr) residuals of trajectories: states (..., T + 1, nstate) from the start,
+  ctrls (..., T, nu), obs of each state (..., T + 1, ...)."""
+  horizon = ctrls.shape[-2]
+  held = jnp.concatenate([ctrls, ctrls[..., -1:, :]], axis=-2)  # the last control at t = T
+  return residuals(cost, states, held, obs, jnp.arange(horizon + 1))
+
+
+def plan_costs(cost: cost_lib.Cost, w: jax.Array, states: jax.Array, ctrls: jax.Array,
+               obs: dict) -> jax.Array:
+  """(...) total cost of trajectories (see plan_residuals), NaN made infinite."""
+  r = plan_residuals(cost, states, ctrls, obs)
+  total = jnp.sum(cost_lib.knot_cost(cost.terms, r, w), axis=-1)
+  return jnp.where(jnp.isnan(total), jnp.inf, total)
+
+
+def check_residual(cost: cost_lib.Cost, spec: SimSpec, dtype: Any) -> int:
+  """The residual's size, from its shape on one knot (jax.eval_shape: nothing runs)."""
+  shapes = observe_shapes(spec, cost.observe)
+  args = (jax.ShapeDtypeStruct((spec.nstate,), dtype), jax.ShapeDtypeStruct((spec.nu,), dtype),
+          {k: jax.ShapeDtypeStruct(s, dtype) for k, s in shapes.items()},
+          jax.ShapeDtypeStruct((), jnp.int32))
+  try:
+    out = jax.eval_shape(cost.residual, *args)
+  except Exception as e:
+    raise ValueError(f"Cost.residual(state ({spec.nstate},), ctrl ({spec.nu},), obs "
+                     f"{ {k: s for k, s in shapes.items()} }, t ()) failed: "
+                     f"{type(e).__name__}: {e}") from e
+  want = cost_lib.residual_size(cost.terms)
+  if not hasattr(out, "shape") or out.shape != (want,):
+    got = getattr(out, "shape", type(out).__name__)
+    raise ValueError(f"Cost.residual must return one vector of shape ({want},) (the terms' sizes "
+                     f"{[t.size for t in cost.terms]} add up to {want}), got {got}")
+  if not jnp.issubdtype(out.dtype, jnp.floating):
+    raise ValueError(f"Cost.residual must return floating-point values, got {out.dtype}")
+  return want
+
+
+def first_bad_knot(cost: cost_lib.Cost, w: jax.Array, r: Any) -> str | None:
+  """Where residuals r (T + 1, nr) of a plan make its cost not finite, in words, or None."""
+  r = np.asarray(r)
+  start = 0
+  for i, term in enumerate(cost.terms):
+    block = r[:, start : start + term.size]
+    bad = np.flatnonzero(~np.all(np.isfinite(block), axis=-1))
+    if bad.size:
+      return (f"Cost.residual returned {block[bad[0]].tolist()} for term {i} at knot "
+              f"{int(bad[0])}")
+    start += term.size
+  values = np.asarray(cost_lib.knot_cost(cost.terms, jnp.asarray(r), w))
+  bad = np.flatnonzero(~np.isfinite(values))
+  if bad.size:
+    return f"the cost at knot {int(bad[0])} is {values[bad[0]]}"
+  return None
+
+
+def is_concrete(*trees: Any) -> bool:
+  return not any(isinstance(x, Tracer) for x in jax.tree_util.tree_leaves(trees))
+
+
+def simulate(cost: cost_lib.Cost, params_one: Params, start: jax.Array, ctrls: jax.Array,
+             nstep: int) -> tuple[jax.Array, dict, jax.Array]:
+  """The trajectory of ctrls (T, nu) from start: states (T + 1, nstate) and obs, whether it
+  diverged."""
+  fields = cost.observe
+  if fields:
+    states, _, obs, warnings = fn.rollout(start[None], ctrls[None], params_one, nstep=nstep,
+                                          observe=fields, return_warnings=True)
+    first = fn.forward(start[None], params_one, fields)
+    obs = {k: jnp.concatenate([first[k], obs[k][0]]) for k in fields}
+  else:
+    states, _, warnings = fn.rollout(start[None], ctrls[None], params_one, nstep=nstep,
+                                     return_warnings=True)
+    obs = {}
+  return jnp.concatenate([start[None], states[0]]), obs, diverged(warnings[0])

@@ -1,0 +1,476 @@
+"""iLQR over a batch of knots: one transition_fd call linearises the whole plan.
+
+Each iteration:
+
+1. linearise: the T states of the current trajectory are the rows of one `transition_fd` call
+   (A_t, B_t for every knot); the cost's Gauss-Newton model comes from the residual's Jacobians
+   (w.r.t. the state's tangent and the control) and the norms' gradients and Hessians. A cost
+   that observes mjData fields gets its state Jacobians from one `forward` call on every state
+   and its nx tangent perturbations (finite differences, float64 rows); one that reads only the
+   state row is differentiated by JAX.
+2. backward pass: a lax.scan of the Riccati recursion, the control box by a projected-Newton
+   box QP at every knot (MuJoCo MPC's boxQP: Newton steps on the free controls, a projected
+   line search), clamped controls getting no feedback; Q_uu + mu I regularised.
+3. forward pass: a lax.scan of `step` over the knots with every line-search step size a row of
+   each call, the feedback gains closing the loop around the nominal trajectory; the cheapest
+   row is the candidate. A row that diverges (MuJoCo reset it) costs infinity.
+
+If no step size improves the cost, mu grows (times mu_fail_factor) and the backward pass and
+line search run again on the same linearisation, up to max_retries times; an accepted step
+changes mu by its size (a full step trusts the model more, a short one less). The solve stops
+after `iterations`, when an iteration improves the cost by less than `tolerance` (relative),
+or when no step improves even at mu_max.
+"""
+
+import functools
+from typing import Any, NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from mjbatch_jax import derivatives
+from mjbatch_jax import functions as fn
+from mjbatch_jax.control import _plumbing as pl
+from mjbatch_jax.control import cost as cost_lib
+from mjbatch_jax.params import Params
+
+
+class ILQRSettings(NamedTuple):
+  """iLQR's options; all static (a change compiles again).
+
+  Attributes:
+    step_sizes: the line search's step sizes, each a row of the forward pass's calls.
+    mu_init: the regularisation Q_uu + mu I to start from.
+    mu_min, mu_max: its range; no improvement at mu_max ends the solve.
+    mu_factor: an accepted step of size >= trust_step divides mu by this, one smaller than
+      distrust_step multiplies it (contacts make the linearisation good only near the
+      trajectory: a short best step says the model overreached).
+    trust_step, distrust_step: those step sizes (0 and 0: every accepted step divides mu).
+    mu_fail_factor: mu grows by this when no step size improves (or Q_uu + mu I is not
+      positive definite) before the backward pass runs again on the same linearisation.
+    max_retries: such retries per iteration.
+    tolerance: stop when an iteration improves the cost by less than this, relative.
+    eps: the finite-difference step of the dynamics (transition_fd) and of the observed
+      fields' state Jacobians.
+    boxqp_iterations: projected-Newton iterations of each knot's box QP.
+    final_gains: linearise once more at the solution so that the returned gains and
+      feedforward are about the returned trajectory (else: those of the last backward pass,
+      about the trajectory before the last step; cheaper for receding horizon).
+  """
+
+  step_sizes: tuple[float, ...] = tuple(0.5**k for k in range(8))
+  mu_init: float = 1e-3
+  mu_min: float = 1e-6
+  mu_max: float = 1e8
+  mu_factor: float = 4.0
+  trust_step: float = 0.5
+  distrust_step: float = 0.125
+  mu_fail_factor: float = 10.0
+  max_retries: int = 8
+  tolerance: float = 1e-6
+  eps: float = 1e-6
+  boxqp_iterations: int = 10
+  final_gains: bool = True
+
+
+class ILQRResult(NamedTuple):
+  """What ilqr returns.
+
+  Attributes:
+    ctrls: (T, nu) the optimised plan.
+    states: (T + 1, nstate) its trajectory from start.
+    cost: its cost.
+    costs: (iterations + 1,) the cost before the first iteration and after each; NaN after the
+      solve stopped.
+    feedforward: (T, nu) the last backward pass's control changes k_t.
+    gains: (T, nu, nx) feedback gains K_t: u_t = ctrls[t] + K_t (x_t - states[t]) (tangent
+      difference, as transition_fd's x) tracks the plan.
+    iterations: how many iterations ran.
+    mu: the regularisation at the end (to warm-start the next solve).
+    converged: whether it stopped on `tolerance` (not on iterations or mu_max).
+  """
+
+  ctrls: jax.Array
+  states: jax.Array
+  cost: jax.Array
+  costs: jax.Array
+  feedforward: jax.Array
+  gains: jax.Array
+  iterations: jax.Array
+  mu: jax.Array
+  converged: jax.Array
+
+
+def ilqr(
+  cost: cost_lib.Cost,
+  params: Params,
+  start: Any,
+  ctrls: Any,
+  *,
+  nstep: int = 1,
+  iterations: int = 50,
+  bounds: Any = None,
+  mu: Any = None,
+  settings: ILQRSettings | None = None,
+  verbose: bool = False,
+) -> ILQRResult:
+  """Optimise the plan ctrls from state start by iLQR (see the module docstring).
+
+  Knot t applies ctrls[t] for nstep physics steps; the cost (residual form, see control.Cost) is
+  summed over the T + 1 states of the trajectory. Pure and jit-able; outside jit it checks its
+  inputs first and refuses a cost that is not finite on the initial plan.
+
+  Args:
+    cost: a control.Cost.
+    params: Params of one simulation (sim.params(1, ...)): the model the plan is for.
+    start: (nstate,) the state row the plan starts from.
+    ctrls: (T, nu) the initial plan (warm start: control.shift(previous.ctrls)).
+    nstep: physics steps per knot.
+    iterations: most iterations.
+    bounds: (lower, upper) of the controls, numbers or (nu,) arrays; default: the model's
+      ctrlrange where it is limited.
+    mu: the regularisation to start from (default settings.mu_init); a previous result's mu
+      warm-starts a receding-horizon solve.
+    settings: ILQRSettings (default: ILQRSettings()).
+    verbose: print one line per iteration (jax.debug.print).
+
+  Returns:
+    ILQRResult.
+
+  Example:
+    cost = control.Cost(lambda x, u, obs, t: jnp.concatenate([x[qpos] - goal, u]),
+                        (control.Term(nq, weight=1.0), control.Term(nu, weight=0.01)))
+    result = control.ilqr(cost, sim.params(1), start, jnp.zeros((100, nu)), nstep=4)
+    result.ctrls, result.states, result.costs, result.gains
+  """
+  cost = pl.check_cost(cost)
+  spec = pl.check_params_rows(params, (1,))
+  nstep = pl.check_count("nstep", nstep)
+  iterations = pl.check_count("iterations", iterations, low=0)
+  start = pl.check_start(start, spec)
+  ctrls = pl.check_plan("ctrls", ctrls, spec.nu).astype(start.dtype)
+  lo, hi = pl.check_bounds(bounds, spec)
+  settings = _check_settings(ILQRSettings() if settings is None else settings)
+  pl.check_residual(cost, spec, start.dtype)
+  w = cost_lib.weights(cost.terms, ctrls.shape[0])
+  cost = cost_lib.static(cost)
+  mu0 = jnp.asarray(settings.mu_init if mu is None else mu, start.dtype)
+  if pl.is_concrete(start, ctrls, params, w):
+    _check_initial(cost, w, params, start, ctrls, nstep)
+  return _solve(cost, w, params, start, ctrls, lo.astype(start.dtype), hi.astype(start.dtype), mu0,
+                nstep, iterations, settings, bool(verbose))
+
+
+def shift(ctrls: jax.Array, knots: int = 1) -> jax.Array:
+  """ctrls (..., T, nu) moved `knots` earlier, the last control held: a receding-horizon warm
+  start."""
+  if knots == 0:
+    return ctrls
+  tail = jnp.repeat(ctrls[..., -1:, :], knots, axis=-2)
+  return jnp.concatenate([ctrls[..., knots:, :], tail], axis=-2)[..., -ctrls.shape[-2] :, :]
+
+
+def _check_settings(settings: Any) -> ILQRSettings:
+  if not isinstance(settings, ILQRSettings):
+    raise ValueError(f"settings must be control.ILQRSettings, got {type(settings).__name__}")
+  steps = tuple(float(a) for a in settings.step_sizes)
+  if not steps or not all(np.isfinite(a) and a > 0 for a in steps):
+    raise ValueError(f"settings.step_sizes must be numbers > 0, got {settings.step_sizes!r}")
+  if not 0 <= settings.mu_min <= settings.mu_init <= settings.mu_max:
+    raise ValueError(f"settings need 0 <= mu_min <= mu_init <= mu_max, got {settings.mu_min}, "
+                     f"{settings.mu_init}, {settings.mu_max}")
+  if not (settings.mu_factor >= 1 and settings.mu_fail_factor > 1):
+    raise ValueError("settings.mu_factor must be >= 1 and mu_fail_factor > 1, got "
+                     f"{settings.mu_factor}, {settings.mu_fail_factor}")
+  pl.check_count("settings.max_retries", settings.max_retries, low=0)
+  pl.check_count("settings.boxqp_iterations", settings.boxqp_iterations)
+  if not (settings.eps > 0 and settings.tolerance >= 0):
+    raise ValueError(f"settings.eps must be > 0 and tolerance >= 0, got {settings.eps}, "
+                     f"{settings.tolerance}")
+  return settings._replace(step_sizes=steps)
+
+
+def _check_initial(cost, w, params, start, ctrls, nstep) -> None:
+  """ValueError if the initial plan diverges or its cost is not finite (eager calls only)."""
+  one = pl.rows(params, 1)
+  states, obs, bad = jax.jit(pl.simulate, static_argnums=(0, 4))(cost, one, start, ctrls, nstep)
+  if bool(bad):
+    raise ValueError("the initial plan diverges (MuJoCo reset the simulation): ilqr needs an "
+                     "initial plan whose trajectory is finite; try smaller controls")
+  r = pl.plan_residuals(cost, states, ctrls, obs)
+  where = pl.first_bad_knot(cost, w, r)
+  if where is not None:
+    raise ValueError(f"the cost of the initial plan is not finite: {where}; Cost.residual must "
+                     "be finite on every state of the initial plan")
+
+
+# ------------------------------------------------------------------------------------- solve
+
+
+class _Model(NamedTuple):
+  """The local model of a trajectory: dynamics and cost derivatives at each knot."""
+
+  a: jax.Array  # (T, nx, nx)
+  b: jax.Array  # (T, nx, nu)
+  l_x: jax.Array  # (T + 1, nx)
+  l_u: jax.Array  # (T + 1, nu)
+  l_xx: jax.Array  # (T + 1, nx, nx)
+  l_ux: jax.Array  # (T + 1, nu, nx)
+  l_uu: jax.Array  # (T + 1, nu, nu)
+
+
+@functools.partial(jax.jit, static_argnums=(0, 8, 9, 10, 11))
+def _solve(cost, w, params, start, ctrls, lo, hi, mu0, nstep, iterations, settings, verbose):
+  horizon = ctrls.shape[0]
+  spec = params.spec
+  tangent = pl.Tangent(spec)
+  nx = tangent.nx
+  alphas = jnp.asarray(settings.step_sizes, start.dtype)
+  p_one = pl.rows(params, 1)
+  p_knots = pl.rows(params, horizon)
+  p_lines = pl.rows(params, len(settings.step_sizes))
+  p_rows = pl.rows(params, (horizon + 1) * (1 + nx))
+  knots = jnp.arange(horizon + 1)
+
+  def knot_cost(r, w_t):
+    return cost_lib.knot_cost(cost.terms, r, w_t)
+
+  def linearize(states, us) -> _Model:
+    a, b = derivatives.transition_fd(states[:-1], us, p_knots, eps=settings.eps, nstep=nstep)
+    held = jnp.concatenate([us, us[-1:]])
+    if cost.observe:
+      # Every state and its nx tangent perturbations: one forward call observes them all.
+      moved = tangent.retract(states[:, None], settings.eps * jnp.eye(nx, dtype=states.dtype))
+      rows = jnp.concatenate([states[:, None], moved], axis=1)  # (T + 1, 1 + nx, nstate)
+      obs = fn.forward(rows.reshape(-1, spec.nstate), p_rows, cost.observe)
+      obs = {k: v.reshape(horizon + 1, 1 + nx, *v.shape[1:]) for k, v in obs.items()}
+      r = pl.residuals(cost, rows, jnp.broadcast_to(held[:, None], (horizon + 1, 1 + nx,
+                                                                    spec.nu)),
+                       obs, knots[:, None])
+      r0 = r[:, 0]
+      j_x = ((r[:, 1:] - r[:, :1]) / settings.eps).swapaxes(1, 2)  # (T + 1, nr, nx)
+      obs0 = {k: v[:, 0] for k, v in obs.items()}
+      j_u = jax.vmap(jax.jacfwd(cost.residual, argnums=1))(states, held, obs0, knots)
+    else:
+      def local(x, u, t):
+        return lambda dx, du: cost.residual(tangent.retract(x, dx), u + du, {}, t)
+
+      def jacobians(x, u, t):
+        f = local(x, u, t)
+        zero_x, zero_u = jnp.zeros(nx, x.dtype), jnp.zeros_like(u)
+        return (f(zero_x, zero_u), *jax.jacfwd(f, argnums=(0, 1))(zero_x, zero_u))
+
+      r0, j_x, j_u = jax.vmap(jacobians)(states, held, knots)
+    g_r = jax.vmap(jax.grad(knot_cost))(r0, w)
+    h_r = jax.vmap(jax.hessian(knot_cost))(r0, w)
+    return _Model(
+      a, b,
+      l_x=jnp.einsum("tri,tr->ti", j_x, g_r), l_u=jnp.einsum("tri,tr->ti", j_u, g_r),
+      l_xx=jnp.einsum("tri,trs,tsj->tij", j_x, h_r, j_x),
+      l_ux=jnp.einsum("tri,trs,tsj->tij", j_u, h_r, j_x),
+      l_uu=jnp.einsum("tri,trs,tsj->tij", j_u, h_r, j_u),
+    )
+
+  def backward(model: _Model, us, mu):
+    """Feedforward (T, nu), gains (T, nu, nx), expected decrease terms, whether it succeeded."""
+    def riccati(carry, knot):
+      v_x, v_xx, ok, dv = carry
+      a, b, l_x, l_u, l_xx, l_ux, l_uu, u = knot
+      q_x = l_x + a.T @ v_x
+      q_u = l_u + b.T @ v_x
+      va = v_xx @ a
+      q_xx = l_xx + a.T @ va
+      q_ux = l_ux + b.T @ va
+      q_uu = l_uu + b.T @ v_xx @ b
+      q_uu = 0.5 * (q_uu + q_uu.T)
+      k, gain, pd = box_qp(q_uu + mu * jnp.eye(q_uu.shape[0], dtype=q_uu.dtype), q_u, q_ux,
+                           lo - u, hi - u, settings.boxqp_iterations)
+      v_x = q_x + gain.T @ (q_uu @ k + q_u) + q_ux.T @ k
+      v_xx = q_xx + gain.T @ q_uu @ gain + gain.T @ q_ux + q_ux.T @ gain
+      dv = dv + jnp.stack([k @ q_u, 0.5 * k @ q_uu @ k])
+      return (v_x, 0.5 * (v_xx + v_xx.T), ok & pd, dv), (k, gain)
+
+    final = (model.l_x[-1], model.l_xx[-1], jnp.asarray(True), jnp.zeros(2, us.dtype))
+    inputs = (model.a, model.b, model.l_x[:-1], model.l_u[:-1], model.l_xx[:-1], model.l_ux[:-1],
+              model.l_uu[:-1], us)
+    (_, _, ok, dv), (ks, gains) = jax.lax.scan(riccati, final, inputs, reverse=True)
+    return ks, gains, dv, ok
+
+  def line_search(states, us, ks, gains):
+    """The forward pass for every step size at once: the cheapest row."""
+    def knot(x, inputs):
+      k, gain, x_nom, u_nom = inputs
+      u = u_nom + alphas[:, None] * k + tangent.difference(x_nom, x) @ gain.T
+      u = jnp.clip(u, lo, hi)
+      if cost.observe:
+        x, obs, warnings = fn.step(x, u, p_lines, nstep=nstep, observe=cost.observe,
+                                   return_warnings=True)
+      else:
+        (x, warnings), obs = fn.step(x, u, p_lines, nstep=nstep, return_warnings=True), {}
+      return x, (x, u, obs, pl.diverged(warnings))
+
+    first = jnp.broadcast_to(states[0], (len(settings.step_sizes), spec.nstate))
+    _, (xs, new_us, obs, bad) = jax.lax.scan(knot, first, (ks, gains, states[:-1], us))
+    xs = jnp.concatenate([first[None], xs]).swapaxes(0, 1)  # (K, T + 1, nstate)
+    new_us = new_us.swapaxes(0, 1)
+    if cost.observe:
+      obs = {k: jnp.concatenate([jnp.broadcast_to(obs0[k], (1, *v.shape[1:])), v]).swapaxes(0, 1)
+             for k, v in obs.items()}
+    costs = pl.plan_costs(cost, w, xs, new_us, obs)
+    costs = jnp.where(jnp.any(bad, axis=0), jnp.inf, costs)
+    best = jnp.argmin(costs)
+    return xs[best], new_us[best], costs[best], best
+
+  states, obs, bad = pl.simulate(cost, p_one, start, ctrls, nstep)
+  obs0 = {k: v[0] for k, v in obs.items()}  # of the start, which every trajectory shares
+  value = pl.plan_costs(cost, w, states, ctrls, obs)
+  value = jnp.where(bad, jnp.inf, value)
+  nu = spec.nu
+  history = jnp.full(iterations + 1, jnp.nan, start.dtype).at[0].set(value)
+  zeros_k = jnp.zeros((horizon, nu), start.dtype)
+  zeros_gain = jnp.zeros((horizon, nu, nx), start.dtype)
+
+  class Carry(NamedTuple):
+    states: jax.Array
+    us: jax.Array
+    value: jax.Array
+    mu: jax.Array
+    i: jax.Array
+    done: jax.Array
+    converged: jax.Array
+    history: jax.Array
+    ks: jax.Array
+    gains: jax.Array
+
+  def iteration(c: Carry) -> Carry:
+    model = linearize(c.states, c.us)
+
+    class Try(NamedTuple):
+      mu: jax.Array
+      tries: jax.Array
+      accepted: jax.Array
+      states: jax.Array
+      us: jax.Array
+      value: jax.Array
+      alpha: jax.Array
+      ks: jax.Array
+      gains: jax.Array
+
+    def attempt(t: Try) -> Try:
+      ks, gains, _, ok = backward(model, c.us, t.mu)
+      xs, us, value, best = line_search(c.states, c.us, ks, gains)
+      accepted = ok & (value < c.value)
+      mu = jnp.where(accepted, t.mu, t.mu * settings.mu_fail_factor)
+      return Try(mu, t.tries + 1, accepted, xs, us, value, alphas[best], ks, gains)
+
+    def again(t: Try) -> jax.Array:
+      return ~t.accepted & (t.tries <= settings.max_retries) & (t.mu <= settings.mu_max)
+
+    t = jax.lax.while_loop(again, attempt, Try(c.mu, jnp.asarray(0), jnp.asarray(False),
+                                                c.states, c.us, c.value,
+                                                jnp.asarray(0.0, start.dtype), c.ks, c.gains))
+    improvement = c.value - t.value
+    converged = t.accepted & (improvement <= settings.tolerance * jnp.abs(t.value))
+    mu = jnp.where(t.alpha >= settings.trust_step, t.mu / settings.mu_factor,
+                   jnp.where(t.alpha < settings.distrust_step, t.mu * settings.mu_factor, t.mu))
+    mu = jnp.clip(jnp.where(t.accepted, mu, t.mu), settings.mu_min, settings.mu_max)
+    states = jnp.where(t.accepted, t.states, c.states)
+    us = jnp.where(t.accepted, t.us, c.us)
+    value = jnp.where(t.accepted, t.value, c.value)
+    if verbose:
+      jax.debug.print("iLQR iteration {i}: cost {v:.6g}  step {a:.3g}  mu {m:.2g}  "
+                      "(accepted {acc})", i=c.i + 1, v=value, a=t.alpha, m=mu, acc=t.accepted)
+    return Carry(states, us, value, mu, c.i + 1, ~t.accepted | converged, converged,
+                 c.history.at[c.i + 1].set(value), t.ks, t.gains)
+
+  def running(c: Carry) -> jax.Array:
+    return ~c.done & (c.i < iterations)
+
+  c = Carry(states, ctrls, value, jnp.clip(mu0, settings.mu_min, settings.mu_max),
+            jnp.asarray(0), ~jnp.isfinite(value), jnp.asarray(False), history, zeros_k,
+            zeros_gain)
+  c = jax.lax.while_loop(running, iteration, c)
+  ks, gains = c.ks, c.gains
+  if settings.final_gains:
+    ks, gains, _, _ = backward(linearize(c.states, c.us), c.us, c.mu)
+  return ILQRResult(c.us, c.states, c.value, c.history, ks, gains, c.i, c.mu, c.converged)
+
+
+# ----------------------------------------------------------------------------------- box QP
+
+
+def box_qp(h: jax.Array, g: jax.Array, h_xu: jax.Array, lower: jax.Array, upper: jax.Array,
+           iterations: int) -> tuple[jax.Array, jax.Array, jax.Array]:
+  """min 1/2 d'H d + g'd over lower <= d <= upper by projected Newton; and the feedback gain.
+
+  As MuJoCo MPC's boxQP (Tassa et al. 2014): from the projection of the unconstrained solution,
+  Newton steps on the free entries (those not at a bound that the gradient pushes against),
+  each with a projected backtracking line search. The gain is -H_ff^-1 h_xu on the free rows, 0
+  on the clamped. h must be symmetric; returns (d, gain (m, n), whether h is positive definite).
+  """
+  m = g.shape[0]
+  eye = jnp.eye(m, dtype=h.dtype)
+  pd = _positive_definite(h)
+  h_inv = jnp.linalg.inv(h)
+  backtrack = 0.5 ** jnp.arange(8, dtype=h.dtype)
+
+  def value(d: jax.Array) -> jax.Array:
+    return 0.5 * jnp.einsum("...i,ij,...j->...", d, h, d) + d @ g
+
+  def free_set(d: jax.Array, grad: jax.Array) -> jax.Array:
+    return ~(((d <= lower) & (grad > 0)) | ((d >= upper) & (grad < 0)))
+
+  def masked_inverse(free: jax.Array) -> jax.Array:
+    both = free[:, None] & free[None, :]
+    return jnp.linalg.inv(jnp.where(both, h, eye))
+
+  def newton(carry):
+    d, i, _ = carry
+    grad = g + h @ d
+    free = free_set(d, grad)
+    step = -(masked_inverse(free) @ jnp.where(free, grad, 0.0)) * free
+    trial = jnp.clip(d + backtrack[:, None] * step, lower, upper)
+    gain = value(d) - value(trial)
+    # Armijo on the projected step: a tenth of the decrease its slope promises.
+    good = gain >= 0.1 * -((trial - d) @ grad)
+    good = good & (gain > 0)
+    pick = jnp.argmax(good)
+    d = jnp.where(good[pick], trial[pick], d)
+    return d, i + 1, ~good[pick]
+
+  def more(carry) -> jax.Array:
+    _, i, stalled = carry
+    return (i < iterations) & ~stalled
+
+  d0 = jnp.clip(-h_inv @ g, lower, upper)
+  d, _, _ = jax.lax.while_loop(more, newton, (d0, jnp.asarray(0), jnp.asarray(False)))
+  free = free_set(d, g + h @ d)
+  gain = -(masked_inverse(free) @ h_xu) * free[:, None]
+  return d, gain, pd
+
+
+def _positive_definite(h: jax.Array) -> jax.Array:
+  """Whether symmetric h is positive definite: a Cholesky factorisation in plain JAX ops.
+
+  (jnp.linalg.cholesky calls LAPACK's potrf, whose threads took milliseconds per small matrix
+  on a busy 2-CPU machine; this loop is microseconds.)
+  """
+  m = h.shape[0]
+  index = jnp.arange(m)
+
+  def column(j, carry):
+    low, ok = carry
+    row = jnp.where(index < j, low[j], 0.0)
+    pivot = h[j, j] - row @ row
+    ok = ok & (pivot > 0)
+    root = jnp.sqrt(jnp.where(pivot > 0, pivot, 1.0))
+    col = (h[:, j] - low @ row) / root
+    col = jnp.where(index > j, col, 0.0).at[j].set(root)
+    return low.at[:, j].set(col), ok
+
+  _, ok = jax.lax.fori_loop(0, m, column, (jnp.zeros_like(h), jnp.asarray(True)))
+  return ok
+
+
+__all__ = ["ILQRResult", "ILQRSettings", "box_qp", "ilqr", "shift"]
