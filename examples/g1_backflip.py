@@ -1,34 +1,55 @@
 """A backflip on the Unitree G1: a reference built from physics, tracked whole-body by iLQR.
 
-  python examples/g1_backflip.py [--frames 200] [--iterations 60] [--threads 0]
-  python examples/g1_backflip.py --reference      # build and check the reference only
-  python examples/g1_backflip.py --play           # replay the saved plan: metrics, plots, GIF
+  python examples/g1_backflip.py [--frames 200] [--samples 128] [--iterations 40] [--threads 0]
+  python examples/g1_backflip.py --reference        # build the reference, check it, stop
+  python examples/g1_backflip.py --play [--profile] # replay the saved plan: metrics, plots, GIF
 
-The reference (no motion-capture clip ships offline, so it is made here):
+The reference (no motion-capture clip ships offline, so it is made here), 200 frames of 0.02 s:
 
-- phases: stand, crouch with the arms back, push-off with the arms swinging overhead, a ballistic
-  flight, a tucked backward turn, landing on both feet, absorbing, standing up, standing;
-- the centre of mass follows quintic paths on the ground and, in flight, the parabola of the
-  take-off velocity under g: the flight time is when that parabola brings the centre of mass to
-  the height of the landing pose; its apex is v_z^2 / 2g above the take-off;
-- in flight the angular momentum about the centre of mass is constant, so the pelvis's pitch rate
-  is (L - h(q, dq)) / I(q), with I the whole body's pitch inertia about its centre of mass and h
-  the momentum of the joints' motion (mj_subtreeVel) as the legs tuck and extend. L is the one
-  value that turns the pelvis from its take-off pitch to its landing pitch a full turn later,
-  and the push-off's pitch rate at take-off is solved so that the ground phase hands exactly
-  that L to the flight;
-- joint angles at every frame by damped least squares on MuJoCo's Jacobians (mj_jacBody,
+- stand; crouch (the arms swing back, the waist keeps the torso upright); push off at constant
+  acceleration of the centre of mass to the take-off velocity, the arms swinging forward and up
+  and the pelvis turning back; a ballistic flight; the tucked backward turn; landing on both
+  feet, the fall stopped at constant deceleration; settling; standing up; standing;
+- in flight the centre of mass follows the parabola of the take-off velocity under g: the flight
+  time is when it brings the centre of mass to the landing pose's height, the apex v_z^2 / 2g
+  above take-off. The angular momentum about the centre of mass is constant, so the pelvis's
+  pitch rate is (L - h) / I, with I(q) the whole body's pitch inertia about its centre of mass
+  and h(q, dq) the momentum of the joints' own motion (mj_subtreeVel) as the legs tuck and the
+  arms come down. L is the one value that turns the pelvis a full turn back from its take-off
+  pitch to its landing pitch; the push's pitch rate at take-off is then solved (secant steps)
+  so that the ground phase hands exactly that L to the flight. At take-off the legs stop
+  extending and at touchdown the feet stop: both change joint velocities at once, not the whole
+  body's momentum, and derivatives are taken on each side;
+- joint angles at every frame of a 5 ms grid by Gauss-Newton on MuJoCo's Jacobians (mj_jacBody,
   mj_jacSubtreeCom): feet fixed on the floor, centre of mass and pelvis pitch on their paths,
-  arm swing as joint targets; in flight the tuck is solved in the pelvis frame and the root is
-  placed by the momentum and the parabola.
+  arms and waist as joint targets, a posture in the null space; in flight the tuck is solved in
+  the pelvis frame and the root placed by the momentum and the parabola.
 
-Feasibility: the reference's velocities and accelerations (finite differences of a 5 ms grid)
-go through inverse dynamics (mj_inverse without contacts): the root's rows give the wrench the
-floor must supply, split between the feet; the rest are joint torques, compared with the G1's
-actuator limits (jnt_actfrcrange). The floor's wrench must push (normal force > 0), stay in the
-friction cone and keep each foot's centre of pressure under the sole. The take-off velocity,
-apex, flight time, angular momentum and the worst margins are printed; when a flip exceeds a
-limit, the nearest feasible one (higher apex, longer tuck) is searched for and used.
+Feasibility: the reference's velocities and accelerations go through inverse dynamics
+(mj_inverse without contacts): the root's rows give the wrench the floor must supply, split
+between the feet; the rest are joint torques, compared with the G1's actuator limits
+(jnt_actfrcrange), per phase. The floor must push, within the friction cone, with each foot's
+centre of pressure under its sole. The take-off velocity, apex, flight time, angular momentum and
+the worst margins are printed: the shared G1 cannot do this flip (see the printout), mostly
+because flat feet leave the pelvis and torso to make L, which takes a whip the hips and waist
+cannot give. The plan that iLQR finds is what the robot can do nearest to it: the simulation
+clamps every joint's torque at its limit.
+
+Tracking: the seed's cost (twelve bodies, weights per m^2 and rad^2, Huber-like above a
+threshold, the root loose in x/y and 1000x tighter in z) against the reference, over 200 knots
+of 10 physics steps. The warm start is the better of the reference's joint angles and its
+inverse-dynamics servo targets as the servos' targets; a cross-entropy search over whole-body
+synergy offsets at knots (one rollout call of all candidates per iteration) improves it; then
+`control.ilqr` (one transition_fd call per iteration, contact-rich take-off and landing).
+
+Replays: open-loop (the controls) and closed-loop with the plan's time-varying gains (the state
+measured each knot, u = ctrl + K dx), both from the same start, one rollout call per knot and
+every physics step's floor contacts from contact sensors added to the model (they do not change
+the physics); the closed loop again on randomised robots (link masses x[0.9, 1.1], floor
+friction [0.6, 1.0]) as the rows of the same calls. The last line printed is one JSON object:
+rotation_rad, flight_s, apex_m, landed, upright_s, mean_pos_err_mm, mean_rot_err_deg,
+open_loop_landed, robust_landed_share. --profile times an iLQR iteration against its physics
+calls on 1 and 2 threads.
 """
 
 import argparse
@@ -36,7 +57,6 @@ import copy
 import dataclasses
 import os
 import sys
-import time
 from pathlib import Path
 
 # --play renders headless; the GL backend is chosen when mujoco first renders.
@@ -47,8 +67,13 @@ import jax  # noqa: E402
 
 jax.config.update("jax_enable_x64", True)
 
+import jax.numpy as jnp  # noqa: E402
 import mujoco  # noqa: E402
 import numpy as np  # noqa: E402
+
+import mjbatch_jax  # noqa: E402
+from mjbatch_jax import control, rotations, tangent  # noqa: E402
+from mjbatch_jax.control import cost as cost_terms  # noqa: E402
 
 G = 9.81  # m/s^2, checked against the model's gravity
 FRAME_DT = 0.02  # s per frame of the clip and per knot of the plan
@@ -119,33 +144,33 @@ class Flip:
 
   stand_s: float = 0.20  # standing still at the start
   crouch_s: float = 0.60  # down into the crouch, the arms swinging back
-  tuck_in_s: float = 0.15  # in flight: from take-off to the full tuck
+  tuck_in_s: float = 0.20  # in flight: from take-off to the full tuck
   tuck_out_s: float = 0.15  # in flight: from the full tuck to the landing pose
-  absorb_s: float = 0.40  # after touchdown, down into the landing crouch
+  catch_s: float = 0.25  # after touchdown: the pelvis's turn stopped (at least the fall's stop)
+  settle_s: float = 0.40  # then the centre of mass settles over the feet in the crouch
   rise_s: float = 0.80  # standing up
   stand_com: float = 0.665  # standing, knees slightly bent
   com_ahead: float = 0.02  # standing and crouched
-  crouch_com: float = 0.42
+  crouch_com: float = 0.40
   crouch_pitch: float = 0.60  # the pelvis leaning forward in the crouch ...
   # The push: the centre of mass rises from the crouch to take-off at constant acceleration (its
   # duration follows), the pelvis turns back to its take-off pitch.
-  takeoff_com: float = 0.68
+  takeoff_com: float = 0.70
   takeoff_com_x: float = -0.02
-  takeoff_vz: float = 2.7  # vertical take-off velocity (m/s): the flight time follows
+  takeoff_vz: float = 3.5  # vertical take-off velocity (m/s): the flight time follows
   takeoff_vx: float = -0.3  # horizontal take-off velocity (m/s, negative: backwards)
-  takeoff_pitch: float = 0.20
-  # In flight the pelvis turns back a full turn (plus extra_turn) to its landing pitch. The
+  takeoff_pitch: float = 0.30
+  # In flight the pelvis turns back a full turn plus the take-off pitch less the landing pitch. The
   # waist and hips flex from take-off to landing, which turns the light pelvis further back than
   # the rest of the body (the pitch counted is the pelvis's).
-  landing_pitch: float = 0.0
-  extra_turn: float = 0.0
+  landing_pitch: float = 0.20
   tuck_hip_pitch: float = -2.4  # the tuck as joint angles; in flight the target is the pose of
   tuck_knee: float = 2.6  # the feet in the pelvis frame that these give
   tuck_ankle: float = -0.3
   landing_com: float = 0.58  # at touchdown: the height ends the flight
-  landing_com_x: float = 0.06
-  absorb_com: float = 0.47  # at the bottom of the landing
-  absorb_pitch: float = 0.30
+  landing_com_x: float = 0.12
+  absorb_com: float = 0.42  # at the bottom of the landing
+  absorb_pitch: float = 0.60
   # Upper body: (shoulder pitch, elbow, waist pitch). The G1's shoulders have 25 N m: the swing
   # is slow; the waist keeps the torso upright while the pelvis leans, and arches at take-off.
   stand_upper: tuple = (0.2, 1.28, 0.0)
@@ -243,8 +268,8 @@ class IK:
         if not blocked.any():
           break
         free[self.hinge_qpos[blocked] - 1] = False
-      step *= min(1.0, 0.3 / max(float(np.linalg.norm(step)), 1e-12))  # a trust region
-      mujoco.mj_integratePos(m, qpos, step, 1.0)
+      step = step * min(1.0, 0.3 / max(float(np.linalg.norm(step)), 1e-12))  # trust region
+      mujoco.mj_integratePos(m, qpos, np.asarray(step, np.float64), 1.0)
       clipped = np.clip(qpos[self.hinge_qpos], lo, hi)
       qpos[self.hinge_qpos] = np.where(self.hinge_limited, clipped, qpos[self.hinge_qpos])
       if np.linalg.norm(step) < 1e-9:
@@ -407,7 +432,7 @@ def build_reference(model: mujoco.MjModel, flip: Flip, frames: int = CLIP_FRAMES
 
   # Standing, from the posture, to convergence; then down into the crouch.
   stand_target = ground(stand_com, 0.0, flip.stand_upper)
-  q_stand, _ = b.pose(b.ik.posture.copy(), stand_target, 500)
+  q_stand, _ = b.pose(b.ik.posture.copy(), stand_target, iterations=500)
 
   def before_push(ti: float) -> dict:
     if ti <= t_crouch:
@@ -423,7 +448,8 @@ def build_reference(model: mujoco.MjModel, flip: Flip, frames: int = CLIP_FRAMES
   # The landing pose (the feet where they stood, the centre of mass above them): its feet in the
   # pelvis frame end the flight's untuck. The tuck, from its joint angles: its feet likewise.
   land_com = np.array([ankle_x + flip.landing_com_x, 0.0, flip.landing_com])
-  q_land, _ = b.pose(q_stand, ground(land_com, flip.landing_pitch, flip.landing_upper), 500)
+  q_land, _ = b.pose(q_stand, ground(land_com, flip.landing_pitch, flip.landing_upper),
+                     iterations=500)
   rel_land = b.relative_feet(q_land)
   q_tuck = q_stand.copy()
   for side in SIDES:
@@ -445,7 +471,7 @@ def build_reference(model: mujoco.MjModel, flip: Flip, frames: int = CLIP_FRAMES
   v_off = np.array([flip.takeoff_vx, 0.0, vz])
   c_off = np.array([ankle_x + flip.takeoff_com_x, 0.0, flip.takeoff_com])
   accel = 2 * (c_off - crouch_com - v_off * push_s) / push_s**2 + 2 * v_off / push_s
-  theta_down = flip.landing_pitch - 2 * np.pi - flip.extra_turn
+  theta_down = flip.landing_pitch - 2 * np.pi
   s_flight = dt * np.arange(k_flight + 1)
   t_out = flight - flip.tuck_out_s
   del speed
@@ -465,14 +491,15 @@ def build_reference(model: mujoco.MjModel, flip: Flip, frames: int = CLIP_FRAMES
   def fly(q_push: np.ndarray):
     """The flight from the push's last frames: the L that turns the pelvis to its landing pitch
     a turn later, and the frames."""
+    # At take-off the legs stop extending: the feet leave the floor with the body (an internal
+    # impulse: it changes the joints' velocities, not the whole body's momentum).
     rel_off = b.relative_feet(q_push[-1])
-    rel_rate = (rel_off - b.relative_feet(q_push[-2])) / dt
     frozen = q_push[-1].copy()
     frozen[:7] = (0, 0, 0, 1, 0, 0, 0)
     q_rel, com_rel, worst = [], [], 0.0
     for s in s_flight:
       if s <= flip.tuck_in_s:
-        rel = quintic(rel_off, rel_rate, 0, rel_tuck, 0, 0, flip.tuck_in_s, s)
+        rel = quintic(rel_off, 0, 0, rel_tuck, 0, 0, flip.tuck_in_s, s)
       else:
         rel = quintic(rel_tuck, 0, 0, rel_land, 0, 0, flip.tuck_out_s, s - t_out)
       upper = quintic(flip.takeoff_upper, (flip.arm_rate, 0, 0), 0, flip.landing_upper, 0, 0,
@@ -484,9 +511,9 @@ def build_reference(model: mujoco.MjModel, flip: Flip, frames: int = CLIP_FRAMES
       com_rel.append(b.com_of(frozen))
     q_rel = np.array(q_rel)
     # theta' = (L - own) / inertia, with the joints' own momentum (the root still) from their
-    # rates (central differences, the push's last frame before take-off): L is the one value
-    # that turns the take-off pitch into theta_down over the flight.
-    rates = np.gradient(np.concatenate([q_push[-2:-1, 7:], q_rel[:, 7:]]), dt, axis=0)[1:]
+    # rates (central differences): L is the one value that turns the take-off pitch into
+    # theta_down over the flight.
+    rates = np.gradient(q_rel[:, 7:], dt, axis=0)
     inertia = np.array([b.pitch_inertia(q) for q in q_rel])
     own = np.array([b.momentum(q, np.r_[np.zeros(6), rate]) for q, rate in
                     zip(q_rel, rates, strict=True)])
@@ -503,18 +530,26 @@ def build_reference(model: mujoco.MjModel, flip: Flip, frames: int = CLIP_FRAMES
       q_flight[k, :3] = c[k] - rot.reshape(3, 3) @ com_rel[k]
     return q_flight, momentum, (momentum - own[-1]) / inertia[-1], worst
 
-  # The push's take-off pitch rate that hands the flight its L (secant iterations).
-  guesses, misses = [-4.0, -8.0], []
+  # The push's take-off pitch rate that hands the flight its L: secant steps, kept inside the
+  # bracket of the last guesses whose misses differ in sign (bisection when a step leaves it).
+  guesses, misses, bracket = [-4.0, -8.0], [], None
   while True:
-    q_push, err_push = push(guesses[len(misses)])
+    omega = guesses[len(misses)]
+    q_push, err_push = push(omega)
     q_flight, momentum, omega_down, err_flight = fly(q_push)
-    frames3 = np.concatenate([q_push[-2:], q_flight[1:2]])
-    misses.append(b.momentum(q_push[-1], b.velocities(frames3)[1]) - momentum)
-    if abs(misses[-1]) < 1e-3 * abs(momentum) or len(misses) == 10:
+    misses.append(b.momentum(q_push[-1], b.velocities(q_push[-3:])[-1]) - momentum)
+    if abs(misses[-1]) < 1e-3 * abs(momentum) or len(misses) == 12:
       break
+    for other, miss in zip(guesses[:len(misses) - 1], misses[:-1], strict=True):
+      if miss * misses[-1] < 0 and (bracket is None or abs(other - omega) <
+                                    abs(bracket[1] - bracket[0])):
+        bracket = (other, omega)
     if len(misses) >= 2:
       slope = (misses[-1] - misses[-2]) / (guesses[len(misses) - 1] - guesses[len(misses) - 2])
-      guesses.append(guesses[len(misses) - 1] - misses[-1] / slope)
+      step = guesses[len(misses) - 1] - misses[-1] / slope
+      if bracket is not None and not min(bracket) < step < max(bracket):
+        step = 0.5 * sum(bracket)
+      guesses.append(step)
   omega_off = guesses[len(misses) - 1]
   log(f"reference: the flight's turn needs L = {momentum:.2f} kg m^2/s; the push hands it over "
       f"with the pelvis turning at {omega_off:.2f} rad/s at take-off (missed by "
@@ -529,23 +564,31 @@ def build_reference(model: mujoco.MjModel, flip: Flip, frames: int = CLIP_FRAMES
   c_down = b.com_of(q_flight[-1])
   v_down = v_off + np.array([0, 0, -G * flight])
   ankle_down = feet_down[0][0][0]
-  absorb_com = np.array([ankle_down + flip.com_ahead, 0.0, flip.absorb_com])
+  # The fall is stopped at constant deceleration over the drop to the landing crouch (its time
+  # follows), the pelvis's turn caught meanwhile; then the centre of mass settles over the feet.
+  drop = c_down[2] - flip.absorb_com
+  stop_s = 2 * drop / -v_down[2]
+  low_com = c_down + 0.5 * v_down * stop_s
+  decel = -v_down / stop_s
+  catch_s = max(stop_s, flip.catch_s)
+  settle_com = np.array([ankle_down + flip.com_ahead, 0.0, flip.absorb_com])
   end_com = np.array([ankle_down + flip.com_ahead, 0.0, flip.stand_com])
-  t_rise = t_down + flip.absorb_s
+  t_rise = t_down + stop_s + flip.settle_s
   if t_rise + flip.rise_s > t_all[-1]:
     raise ValueError(f"the flip ends at {t_rise + flip.rise_s:.2f} s, after the clip's "
                      f"{t_all[-1]:.2f} s")
 
   def after_touchdown(ti: float) -> dict:
     s = ti - t_down
-    if s <= flip.absorb_s:
-      com = quintic(c_down, v_down, 0, absorb_com, 0, 0, flip.absorb_s, s)
-      pitch = quintic(flip.landing_pitch, omega_down, 0, flip.absorb_pitch, 0, 0,
-                      flip.absorb_s, s)
-      upper = flip.landing_upper
+    pitch = quintic(flip.landing_pitch, omega_down, 0, flip.absorb_pitch, 0, 0, catch_s, s)
+    upper = flip.landing_upper
+    if s <= stop_s:
+      com = quintic(c_down, v_down, decel, low_com, 0, decel, stop_s, s)
+    elif s <= stop_s + flip.settle_s:
+      com = quintic(low_com, 0, 0, settle_com, 0, 0, flip.settle_s, s - stop_s)
     else:
-      s -= flip.absorb_s
-      com = quintic(absorb_com, 0, 0, end_com, 0, 0, flip.rise_s, s)
+      s -= stop_s + flip.settle_s
+      com = quintic(settle_com, 0, 0, end_com, 0, 0, flip.rise_s, s)
       pitch = quintic(flip.absorb_pitch, 0, 0, 0.0, 0, 0, flip.rise_s, s)
       upper = quintic(flip.landing_upper, 0, 0, flip.stand_upper, 0, 0, flip.rise_s, s)
     return ground(com, float(pitch), upper, feet_down)
@@ -554,12 +597,15 @@ def build_reference(model: mujoco.MjModel, flip: Flip, frames: int = CLIP_FRAMES
 
   qpos = np.concatenate([q_before, q_push, q_flight[1:], q_after])
   assert qpos.shape == (n, nq), (qpos.shape, n)
-  # Touchdown is an impact: derivatives are taken on each side of it, not across it. Row i_down
-  # holds the state just after the impact.
-  before = b.velocities(qpos[:i_down + 1])
-  qvel = np.concatenate([before[:-1], b.velocities(qpos[i_down:])])
-  qacc = np.concatenate([np.gradient(before, dt, axis=0)[:-1],
-                         np.gradient(qvel[i_down:], dt, axis=0)])
+  # Take-off and touchdown change the joints' velocities at once: derivatives are taken within
+  # the ground phases and the flight, not across them. Row i_off holds the state just before
+  # take-off, row i_down the state just after touchdown.
+  qvel, qacc = np.zeros((n, model.nv)), np.zeros((n, model.nv))
+  for lo, hi, keep in ((0, i_off + 1, slice(0, i_off + 1)), (i_off, i_down + 1, slice(1, -1)),
+                       (i_down, n, slice(0, None))):
+    v = b.velocities(qpos[lo:hi])
+    a = np.gradient(v, dt, axis=0)
+    qvel[lo:hi][keep], qacc[lo:hi][keep] = v[keep], a[keep]
   contact = np.ones(n, bool)
   contact[i_off + 1:i_down] = False
   apex = float(qpos[i_off:i_down + 1, 2].max())
@@ -581,6 +627,7 @@ class Feasibility:
   cop: np.ndarray  # (n, 2, 2) each foot's centre of pressure in its sole frame (x, y)
   flight_wrench: float  # N, the largest root force the flight's physics leaves unexplained
   torque_ratio: np.ndarray  # (nu,) peak |torque| / limit per actuator
+  phase_ratio: dict  # phase -> (nu,) the same within crouch, push, flight and landing
   worst: dict  # the binding margins: name -> (value, limit)
   ok: bool
 
@@ -628,6 +675,13 @@ def feasibility(model: mujoco.MjModel, ref: Reference, friction: float = 0.6) ->
     torque[i] = qfrc[dof]
     servo[i] = ref.qpos[i, m.jnt_qposadr[joint_of]] + (torque[i] + kv * ref.qvel[i, dof]) / kp
   ratio = np.abs(torque).max(axis=0) / limit
+  # The same per phase: the impact rows (touchdown and the next two) are left out of the landing.
+  t_push = ref.flip.stand_s + ref.flip.crouch_s
+  i_down = round(ref.touchdown_s / (ref.t[1] - ref.t[0]))
+  phases = {"crouch": ref.t < t_push - 1e-9, "push": (ref.t >= t_push - 1e-9) & ref.contact
+            & (ref.t <= ref.takeoff_s + 1e-9), "flight": ~ref.contact,
+            "landing": np.arange(n) > i_down + 2}
+  phase_ratio = {name: np.abs(torque[rows]).max(axis=0) / limit for name, rows in phases.items()}
   inside = ref.contact.copy()
   inside[[0, -1]] = False
   fz = feet_force[inside, :, 2]
@@ -648,7 +702,8 @@ def feasibility(model: mujoco.MjModel, ref: Reference, friction: float = 0.6) ->
   ok = (ratio.max() <= 1.0 and fz.min() > 0 and slip.max() <= friction
         and x.min() >= SOLE_X[0] and x.max() <= SOLE_X[1]
         and np.abs(y).max() <= SOLE_HALF_WIDTH and outside_range <= 0)
-  return Feasibility(torque, servo, feet_force, cop, flight_wrench, ratio, worst, bool(ok))
+  return Feasibility(torque, servo, feet_force, cop, flight_wrench, ratio, phase_ratio, worst,
+                     bool(ok))
 
 
 def _contactless(model: mujoco.MjModel) -> mujoco.MjModel:
@@ -656,3 +711,739 @@ def _contactless(model: mujoco.MjModel) -> mujoco.MjModel:
   m = copy.deepcopy(model)
   m.opt.disableflags |= mujoco.mjtDisableBit.mjDSBL_CONTACT
   return m
+
+
+# ----------------------------------------------------------------- the model and the cost
+
+# The twelve tracked bodies, the weights and thresholds: the seed's tracking cost.
+# TODO(issue15c): import these and tracking_cost from g1_tracking once its rewrite on
+# control.ilqr lands there (same names and interface); until then they are mirrored here.
+TRACKED = ("pelvis", "torso_link", "left_knee_link", "right_knee_link", "left_ankle_roll_link",
+           "right_ankle_roll_link", "left_shoulder_roll_link", "right_shoulder_roll_link",
+           "left_elbow_link", "right_elbow_link", "left_wrist_yaw_link", "right_wrist_yaw_link")
+LABELS = tuple(n.replace("_link", "").replace("_roll", "").replace("wrist_yaw", "hand")
+               .replace("_", " ") for n in TRACKED)
+POS_WEIGHT = np.array([[1.0, 1.0, 1000.0]] + [[100.0] * 3] * 11)
+ROT_WEIGHT, CTRL_WEIGHT = 10.0, 0.01
+POS_THRESHOLD, ROT_THRESHOLD = 0.05, 0.25
+
+
+def errors(xpos, xquat, ref_pos, ref_quat):
+  """(..., 12, 6) position (m) and orientation (rad) errors of the tracked bodies' poses."""
+  pos = xpos - ref_pos
+  drift = pos[..., :1, :] * jnp.array([1.0, 1.0, 0.0])  # the root's horizontal looseness
+  pos = jnp.concatenate([pos[..., :1, :], pos[..., 1:, :] - drift], axis=-2)
+  return jnp.concatenate([pos, rotations.difference(xquat, ref_quat)], axis=-1)
+
+
+def tracking_cost(sim: mjbatch_jax.Simulator, ref: dict) -> control.Cost:
+  """State t against frame min(t, F - 1); control t against the angles of frame t + 1."""
+  frames, ids = len(ref["qpos"]), np.asarray(sim.names.bodies(list(TRACKED)))
+  ref_pos, ref_quat = jnp.asarray(ref["xpos"]), jnp.asarray(ref["xquat"])
+  ctrl_ref = jnp.asarray(ref["qpos"][:, 7:])
+  scale = np.concatenate([np.sqrt(POS_WEIGHT), np.full((12, 3), np.sqrt(ROT_WEIGHT))], axis=1)
+
+  def residual(x, u, obs, t):
+    i = jnp.minimum(t, frames - 1)
+    e = errors(obs["xpos"][ids], obs["xquat"][ids], ref_pos[i], ref_quat[i]) * scale
+    return jnp.concatenate([e[:, :3].ravel(), e[:, 3:].ravel(),
+                            u - ctrl_ref[jnp.minimum(t + 1, frames - 1)]])
+
+  knee = np.sqrt(POS_WEIGHT.max(axis=1)) * POS_THRESHOLD
+  terms = [control.Term(3, 2.0, "huber", float(k)) for k in knee]
+  terms += [control.Term(3, 2.0, "huber", float(np.sqrt(ROT_WEIGHT) * ROT_THRESHOLD))] * 12
+  terms.append(control.Term(sim.nu, 2 * CTRL_WEIGHT * np.r_[np.ones(frames), 0.0]))
+  return control.Cost(residual, tuple(terms), observe=("xpos", "xquat"))
+
+
+# The floor's contacts, as contact sensors added to the model (sensors do not change the
+# physics): with each foot, and with any body of the robot.
+CONTACT_SENSORS = (("left foot", "left_ankle_roll_link"), ("right foot", "right_ankle_roll_link"),
+                   ("robot", None))
+PELVIS_UPRIGHT = 0.6  # m: standing after the landing means the pelvis above this
+MIN_FLIGHT = 0.1  # s: a shorter stretch off the floor is a stumble, not a jump to land from
+
+
+def load_model(path: Path) -> mujoco.MjModel:
+  """The G1 scene with floor-contact sensors; SystemExit saying what is wrong otherwise."""
+  path = Path(path)
+  if not path.exists():
+    raise SystemExit(f"no model at {path}: pass --model PATH to the Unitree G1's scene.xml "
+                     "(MuJoCo Menagerie's unitree_g1)")
+  spec = mujoco.MjSpec.from_file(str(path))
+  bodies = {b.name for b in spec.bodies}
+  missing = [name for name in (*TRACKED, *FEET) if name not in bodies]
+  if missing:
+    raise SystemExit(f"{path} has no bodies named {sorted(set(missing))}: the tracking cost and "
+                     "the reference name the Unitree G1's bodies")
+  if "floor" not in {g.name for g in spec.geoms}:
+    raise SystemExit(f"{path}: expected a geom named 'floor' (the G1's scene.xml has one)")
+  for label, body in CONTACT_SENSORS:
+    sensor = spec.add_sensor(name=f"floor contact {label}", type=mujoco.mjtSensor.mjSENS_CONTACT)
+    sensor.objtype = mujoco.mjtObj.mjOBJ_BODY if body else mujoco.mjtObj.mjOBJ_XBODY
+    sensor.objname = body or "pelvis"
+    sensor.reftype, sensor.refname = mujoco.mjtObj.mjOBJ_GEOM, "floor"
+    sensor.intprm[0] = 1 << int(mujoco.mjtConDataField.mjCONDATA_FOUND)
+    sensor.intprm[1] = 0  # no reduction
+    sensor.intprm[2] = 1  # one slot: its "found" is the number of matching contacts
+  model = spec.compile()
+  free = mujoco.mjtJoint.mjJNT_FREE
+  if model.njnt == 0 or model.jnt_type[0] != free or np.any(model.jnt_type[1:] == free):
+    raise SystemExit(f"{path}: expected one free root joint followed by hinges, as the G1 has")
+  servo = (model.actuator_trntype == mujoco.mjtTrn.mjTRN_JOINT) & np.isclose(
+    model.actuator_gainprm[:, 0], -model.actuator_biasprm[:, 1])
+  if model.nu != model.nv - 6 or not np.all(servo):
+    raise SystemExit(f"{path}: expected one position actuator per hinge (controls are joint "
+                     "targets), as the G1 has")
+  if not np.isclose(-model.opt.gravity[2], G, rtol=1e-3):
+    raise SystemExit(f"{path}: the reference assumes g = {G} m/s^2, the model has "
+                     f"{-model.opt.gravity[2]}")
+  return model
+
+
+# -------------------------------------------------------------------------------- the clip
+
+
+def clip_of(model: mujoco.MjModel, ref: Reference, feasible: Feasibility, frames: int) -> dict:
+  """The tracker's clip: per frame, qpos and the tracked bodies' poses; per knot, the servo
+  targets that give the reference's torques over it (the initial guess)."""
+  data = mujoco.MjData(model)
+  ids = [model.body(name).id for name in TRACKED]
+  rows = ref.frames(frames)
+  qpos = ref.qpos[rows]
+  xpos, xquat = [], []
+  for q in qpos:
+    data.qpos[:] = q
+    mujoco.mj_kinematics(model, data)
+    xpos.append(data.xpos[ids].copy())
+    xquat.append(data.xquat[ids].copy())
+  # Knot t runs from frame t to frame t + 1: the mean of the fine grid's servo targets over it.
+  servo = feasible.servo[1:FINE * (frames - 1) + 1].reshape(frames - 1, FINE, -1).mean(axis=1)
+  servo = np.concatenate([servo, qpos[-1:, 7:]])  # the last knot holds the last frame
+  lo, hi = model.actuator_ctrlrange.T
+  return {"qpos": qpos, "xpos": np.array(xpos), "xquat": np.array(xquat),
+          "servo": np.clip(servo, lo, hi), "contact": ref.contact[rows]}
+
+
+def start_state(sim: mjbatch_jax.Simulator, clip: dict) -> jax.Array:
+  """At rest in the clip's first pose, the servos holding it."""
+  layout = sim.layout
+  return sim.init_state(1)[0].at[layout.qpos].set(clip["qpos"][0]).at[layout.ctrl].set(
+    clip["qpos"][0, 7:])
+
+
+# ---------------------------------------------------------------------------- replays
+
+
+def replay(sim: mjbatch_jax.Simulator, params, start, plan: dict, nstep: int, feedback: bool
+           ) -> tuple[jax.Array, jax.Array]:
+  """The plan from start (N, nstate) on N simulations, one rollout call per knot.
+
+  feedback: u_t = ctrl_t + K_t dx_t, dx_t the measured state's tangent difference from the
+  plan's state t (what a tracking controller on the robot does each knot); else ctrl_t alone.
+  Returns every physics step's states (N, F * nstep, nstate) and sensordata.
+  """
+  joints = tangent.Joints.of(sim.model)
+  lay = sim.layout
+  lo, hi = (jnp.asarray(b) for b in sim.model.actuator_ctrlrange.T)
+
+  def knot(x, inputs):
+    u, gain, nominal = inputs
+    if feedback:
+      dq = tangent.differentiate_pos(joints, nominal[lay.qpos], x[:, lay.qpos], 1.0)
+      dx = jnp.concatenate([dq, x[:, lay.qvel] - nominal[lay.qvel]], axis=-1)
+      u = jnp.clip(u + dx @ gain.T, lo, hi)
+    else:
+      u = jnp.broadcast_to(u, (x.shape[0], u.shape[-1]))
+    held = jnp.broadcast_to(u[:, None], (x.shape[0], nstep, u.shape[-1]))
+    xs, sensors = mjbatch_jax.rollout(x, held, params)
+    return xs[:, -1], (xs, sensors)
+
+  ctrl, gains, states = (jnp.asarray(plan[k]) for k in ("ctrl", "gains", "states"))
+  _, (xs, sensors) = jax.lax.scan(knot, start, (ctrl, gains.astype(ctrl.dtype), states[:-1]))
+  return xs.swapaxes(0, 1).reshape(start.shape[0], -1, sim.nstate), sensors.swapaxes(
+    0, 1).reshape(start.shape[0], -1, sensors.shape[-1])
+
+
+def flip_metrics(qpos: np.ndarray, floor: np.ndarray, dt: float) -> dict:
+  """The flip's numbers from one replay's physics steps.
+
+  qpos (S, nq) and floor (S, 3): each step's contact counts with the floor of the left foot,
+  the right foot and the whole robot. The flight is the longest stretch with nothing on the
+  floor (a robot lying with its feet up is not flying); landing is its end.
+  """
+  feet = floor[:, 2] > 0
+  rot = np.zeros((len(qpos), 9))
+  for i, q in enumerate(qpos):
+    mujoco.mju_quat2Mat(rot[i], q[3:7])
+  pitch = np.unwrap(np.arctan2(-rot[:, 6], rot[:, 0]))
+  best, begin = (0, 0), None
+  for i, airborne in enumerate(np.r_[~feet, False]):
+    if airborne and begin is None:
+      begin = i
+    elif not airborne and begin is not None:
+      best = max(best, (i - begin, begin))
+      begin = None
+  length, off = best
+  down = off + length  # the first step on the floor again
+  height = qpos[:, 2]
+  out = {"rotation_rad": float(pitch[off] - pitch[min(down, len(pitch) - 1)]) if length else 0.0,
+         "flight_s": length * dt, "apex_m": float(height.max())}
+  after = slice(down, None)
+  only_feet = np.all(floor[after, 2] == floor[after, 0] + floor[after, 1])
+  both = np.any((floor[after, 0] > 0) & (floor[after, 1] > 0))
+  out["landed"] = bool(length * dt >= MIN_FLIGHT and down < len(qpos) and only_feet and both)
+  low = np.flatnonzero(height[after] <= PELVIS_UPRIGHT)
+  first_up = down + (low[-1] + 1 if len(low) else 0)
+  out["upright_s"] = float(max(len(qpos) - first_up, 0) * dt) if out["landed"] else 0.0
+  out["takeoff_s"], out["touchdown_s"] = off * dt, down * dt
+  return out
+
+
+def robust_params(sim: mjbatch_jax.Simulator, count: int, seed: int):
+  """count simulations with every link's mass scaled by a factor in [0.9, 1.1] and the floor's
+  sliding friction in [0.6, 1.0] (the feet's is 0.6; MuJoCo takes the larger)."""
+  params = sim.params(count, ("body_mass", "geom_friction"), select={"geom_friction": ["floor"]},
+                      set_const=True)
+  friction = sim.model.geom_friction[sim.model.geom("floor").id]
+  return mjbatch_jax.randomize(
+    jax.random.key(seed), params, scale={"body_mass": (0.9, 1.1)},
+    uniform={"geom_friction": (np.r_[0.6, friction[1:]], np.r_[1.0, friction[1:]])})
+
+
+# ------------------------------------------------------------------ the initial guess: CEM
+
+DIVERGED = np.array([mujoco.mjtWarning.mjWARN_BADQPOS, mujoco.mjtWarning.mjWARN_BADQVEL,
+                     mujoco.mjtWarning.mjWARN_BADQACC], dtype=int)
+# The sampling planner's plan: the warm start up to the push; then four phases whose knots hold
+# whole-body synergy targets (both sides alike) for a sampled time each; then a ramp to the
+# standing targets. CEM samples the knots' targets and times.
+SYNERGIES = ("hip_pitch", "knee", "ankle_pitch", "waist_pitch", "shoulder_pitch", "elbow")
+PHASES = ("push", "tuck", "open", "settle")
+# Where the search starts: (synergy targets in rad, duration in s) per phase - a hard hip and
+# knee extension with the arms swinging up, a full tuck, legs out for the landing, a crouch.
+PROGRAM_START = np.array([
+  [1.0, 0.8, 0.4, -0.1, -1.9, 0.4, 0.20],
+  [-2.4, 2.8, -0.3, 0.4, -1.0, 1.0, 0.35],
+  [-1.2, 1.5, -0.4, 0.3, -0.8, 0.6, 0.25],
+  [-1.5, 2.0, -0.8, 0.3, -0.5, 0.8, 0.40],
+])
+PROGRAM_SPREAD = np.array([0.3] * len(SYNERGIES) + [0.05])  # CEM's first standard deviations
+RAMP_S = 0.6  # from the settling crouch to standing
+
+
+def synergy_matrix(model: mujoco.MjModel) -> np.ndarray:
+  """(len(SYNERGIES), nu): each synergy's servo targets (both sides alike)."""
+  rows = np.zeros((len(SYNERGIES), model.nu))
+  for k, joint in enumerate(SYNERGIES):
+    for i in range(model.nu):
+      name = model.actuator(i).name
+      if name.endswith(f"{joint}_joint") and (name.startswith(SIDES) or "waist" in name):
+        rows[k, i] = 1.0
+  return rows
+
+
+def program(model: mujoco.MjModel, guess: np.ndarray, t_push: float):
+  """z (len(PHASES) * 7,) -> the plan (F, nu): see PHASES."""
+  synergy = jnp.asarray(synergy_matrix(model))
+  chosen = jnp.asarray(synergy_matrix(model).sum(axis=0) > 0)
+  base = jnp.asarray(guess)
+  lo, hi = (jnp.asarray(b) for b in model.actuator_ctrlrange.T)
+  t = FRAME_DT * jnp.arange(len(base))  # each knot's start
+  stand = base[-1]
+
+  def plan(z):
+    z = z.reshape(len(PHASES), -1)
+    targets = jnp.where(chosen, z[:, :-1] @ synergy, base[None, 0])  # (P, nu)
+    ends = t_push + jnp.cumsum(jnp.clip(z[:, -1], 0.04, 1.0))
+    begins = jnp.concatenate([jnp.array([t_push]), ends[:-1]])
+    u = base
+    for k in range(len(PHASES)):
+      on = (t >= begins[k]) & (t < ends[k])
+      u = jnp.where(on[:, None], jnp.where(chosen, targets[k], base), u)
+    ramp = jnp.clip((t - ends[-1]) / RAMP_S, 0.0, 1.0)[:, None]
+    settle = jnp.where(chosen, targets[-1], base)
+    u = jnp.where((t >= ends[-1])[:, None], (1 - ramp) * settle + ramp * stand, u)
+    return jnp.clip(u, lo, hi)
+
+  return plan
+
+
+def cem(sim, cost: control.Cost, start, base: np.ndarray, t_push: float, nstep: int,
+        samples: int, iterations: int, seed: int, log=print) -> jax.Array:
+  """Cross-entropy search over the program's knots (see PHASES) for the tracking cost; every
+  iteration's candidates are the rows of one rollout call."""
+  frames = len(base)
+  plan = program(sim.model, base, t_push)
+  weights = cost_terms.weights(cost.terms, frames)
+  params = sim.params(samples)
+
+  @jax.jit
+  def evaluate(z):
+    ctrls = jax.vmap(plan)(z)
+    x0 = jnp.broadcast_to(start, (samples, start.shape[-1]))
+    states, _, obs, warnings = mjbatch_jax.rollout(x0, ctrls, params, nstep=nstep,
+                                                   observe=cost.observe, return_warnings=True)
+    held = jnp.concatenate([ctrls[:, 1:], ctrls[:, -1:]], axis=1)
+    t = jnp.broadcast_to(jnp.arange(1, frames + 1), (samples, frames))
+    r = jax.vmap(jax.vmap(cost.residual))(states, held, obs, t)
+    total = jnp.sum(cost_terms.knot_cost(cost.terms, r, weights[1:]), axis=-1)
+    bad = jnp.any(warnings[:, DIVERGED] > 0, axis=-1) | ~jnp.isfinite(total)
+    return jnp.where(bad, jnp.inf, total)
+
+  elites = max(samples // 8, 2)
+  mean = jnp.asarray(PROGRAM_START.ravel())
+  std = jnp.asarray(np.tile(PROGRAM_SPREAD, len(PHASES)))
+  key = jax.random.key(seed)
+  best_z, best = mean, jnp.inf
+  for i in range(iterations):
+    key, sub = jax.random.split(key)
+    z = mean + std * jax.random.normal(sub, (samples, mean.shape[0]))
+    z = z.at[0].set(best_z if i else mean)  # the best so far stays a candidate
+    costs = evaluate(z)
+    order = jnp.argsort(costs)
+    elite = z[order[:elites]]
+    mean, std = elite.mean(axis=0), elite.std(axis=0) + 0.01
+    if costs[order[0]] < best:
+      best, best_z = costs[order[0]], z[order[0]]
+    log(f"CEM {i + 1:3d}: best {float(best):10.1f}  elite mean "
+        f"{float(costs[order[:elites]].mean()):10.1f}")
+  return plan(best_z)
+
+
+# ----------------------------------------------------------------------------------- solve
+
+# Contacts make the linearisation good only near the trajectory: a strong start for mu, and mu
+# raised after short steps (see control.ILQRSettings).
+SETTINGS = control.ILQRSettings(mu_init=10.0, mu_min=1e-3, mu_max=1e8, tolerance=1e-4)
+KIND = "g1_backflip"
+PLAN_KEYS = ("ctrl", "gains", "states", "start", "ref_qpos", "ref_xpos", "ref_xquat")
+
+
+def version(model: mujoco.MjModel, flip: Flip) -> str:
+  """What a saved plan depends on: the model's bytes, the flip, the clip's grid and the cost."""
+  return common.model_fingerprint(model, dataclasses.astuple(flip), FRAME_DT, FINE, TRACKED,
+                                  POS_WEIGHT.tolist(), ROT_WEIGHT, CTRL_WEIGHT, POS_THRESHOLD,
+                                  ROT_THRESHOLD)
+
+
+def report_reference(model: mujoco.MjModel, ref: Reference, f: Feasibility, log=print) -> dict:
+  """Prints what the flip asks of the robot against its limits; returns it as a dict."""
+  v = ref.takeoff_velocity
+  i_off = round(ref.takeoff_s / (FRAME_DT / FINE))
+  rise = ref.apex_m - ref.qpos[i_off, 2]
+  log(f"reference: take-off at {ref.takeoff_s:.3f} s with the centre of mass at "
+      f"({v[0]:+.2f}, {v[2]:.2f}) m/s; flight {ref.flight_s:.3f} s; pelvis apex {ref.apex_m:.2f} "
+      f"m ({rise:.2f} m above take-off); L = {ref.momentum:.2f} kg m^2/s (the pelvis turning at "
+      f"{ref.takeoff_rate:.1f} rad/s at take-off, {ref.touchdown_rate:.1f} at touchdown); IK "
+      f"within {1e3 * ref.ik_error_m:.2f} mm")
+  names = [model.actuator(i).name.removesuffix("_joint") for i in range(model.nu)]
+  order = np.argsort(-f.torque_ratio)
+  over = [i for i in order if f.torque_ratio[i] > 1.0]
+  log("feasibility: peak torque / limit: " + ", ".join(
+    f"{names[i]} {f.torque_ratio[i]:.2f}" for i in order[:6]))
+  for phase, ratio in f.phase_ratio.items():
+    top = np.argsort(-ratio)[:4]
+    log(f"feasibility:   {phase:8s} " + ", ".join(f"{names[i]} {ratio[i]:.2f}" for i in top))
+  floor = {k: v for k, v in f.worst.items() if k != "torque"}
+  log("feasibility: floor wrench: " + ", ".join(
+    f"{k} {value:.3g} (limit {limit:.3g})" for k, (value, limit) in floor.items())
+      + f"; the flight's physics leaves {f.flight_wrench:.0f} N unexplained")
+  if f.ok:
+    log("feasibility: within the G1's limits")
+  else:
+    worst = ", ".join(f"{names[i]} {f.torque_ratio[i]:.1f}x" for i in over[:8])
+    log(f"feasibility: NOT within the G1's limits: torques exceed them ({worst or 'none'})"
+        + ("" if f.worst["cop toe m"][0] <= SOLE_X[1] and f.worst["cop heel m"][0] >= SOLE_X[0]
+           else "; the centre of pressure leaves the soles"))
+  return {"takeoff_velocity": v, "flight_s": ref.flight_s, "apex_m": ref.apex_m,
+          "momentum": ref.momentum, "takeoff_rate": ref.takeoff_rate,
+          "torque_ratio": dict(zip(names, f.torque_ratio.tolist(), strict=True)),
+          "phase_torque_ratio": {phase: dict(zip(names, r.tolist(), strict=True))
+                                 for phase, r in f.phase_ratio.items()},
+          "floor": floor, "feasible": f.ok}
+
+
+def prepare(args: argparse.Namespace, log=print):
+  """The model, the reference, its feasibility and the clip the tracker follows."""
+  model = load_model(args.model)
+  nstep = round(FRAME_DT / model.opt.timestep)
+  if not np.isclose(nstep * model.opt.timestep, FRAME_DT):
+    raise SystemExit(f"the model's timestep {model.opt.timestep} does not divide {FRAME_DT} s")
+  flip = Flip()
+  with common.Stopwatch()() as watch:
+    ref = build_reference(model, flip, CLIP_FRAMES, log=log)
+    feasible = feasibility(model, ref)
+  log(f"reference: {CLIP_FRAMES} frames of {FRAME_DT} s by IK on a {1e3 * FRAME_DT / FINE:g} ms "
+      f"grid, and its inverse dynamics, in {watch.wall:.1f} s")
+  report = report_reference(model, ref, feasible, log)
+  return model, flip, ref, clip_of(model, ref, feasible, args.frames), nstep, report
+
+
+def floor_columns(sim: mjbatch_jax.Simulator) -> np.ndarray:
+  return np.array([sim.names.sensor(f"floor contact {label}").start
+                   for label, _ in CONTACT_SENSORS])
+
+
+def evaluate(sim, clip: dict, start, plan: dict, nstep: int, robust: int, seed: int) -> dict:
+  """Open- and closed-loop replays, tracking errors, and the closed loop on randomised robots."""
+  cols = floor_columns(sim)
+  dt = sim.model.opt.timestep
+  one = sim.params(1)
+  run = jax.jit(replay, static_argnums=(0, 4, 5))
+  out = {}
+  for name, feedback in (("open_loop", False), ("closed_loop", True)):
+    xs, sensors = run(sim, one, start[None], plan, nstep, feedback)
+    qpos = np.asarray(xs[0][:, sim.layout.qpos])
+    out[name] = flip_metrics(qpos, np.asarray(sensors[0][:, cols]), dt)
+    out[name + "_states"] = np.asarray(xs[0])
+    out[name + "_floor"] = np.asarray(sensors[0][:, cols])
+  knots = jnp.asarray(out["closed_loop_states"][nstep - 1::nstep])  # after each knot
+  obs = mjbatch_jax.forward(knots, sim.params(len(knots)), ("xpos", "xquat"))
+  ids = np.asarray(sim.names.bodies(list(TRACKED)))
+  frames = len(clip["qpos"])
+  held = np.minimum(np.arange(1, len(knots) + 1), frames - 1)
+  e = np.asarray(errors(obs["xpos"][:, ids], obs["xquat"][:, ids], clip["xpos"][held],
+                        clip["xquat"][held]))
+  out["errors"] = e
+  # The saved plan replayed open-loop must give its states bit for bit; the closed loop on the
+  # nominal robot differs only by the feedback of rounding-level state differences.
+  nominal = np.asarray(plan["states"])[1:]
+  out["replay_gap"] = float(np.max(np.abs(out["open_loop_states"][nstep - 1::nstep] - nominal)))
+  out["closed_loop_gap"] = float(np.max(np.abs(np.asarray(knots) - nominal)))
+  if robust:
+    params = robust_params(sim, robust, seed)
+    starts = jnp.broadcast_to(start, (robust, sim.nstate))
+    landed = {}
+    for name, feedback in (("robust", True), ("robust_open_loop", False)):
+      xs, sensors = run(sim, params, starts, plan, nstep, feedback)
+      qpos, floor = np.asarray(xs[..., sim.layout.qpos]), np.asarray(sensors[..., cols])
+      each = [flip_metrics(qpos[i], floor[i], dt) for i in range(robust)]
+      landed[name] = float(np.mean([m["landed"] and m["upright_s"] >= 1.0 for m in each]))
+      out[name] = each
+    out["robust_landed_share"] = landed["robust"]
+    out["robust_open_loop_landed_share"] = landed["robust_open_loop"]
+  return out
+
+
+def summary_of(result: dict) -> dict:
+  """The line Must show 1 asks for."""
+  closed, e = result["closed_loop"], result["errors"]
+  return {
+    "rotation_rad": closed["rotation_rad"], "flight_s": closed["flight_s"],
+    "apex_m": closed["apex_m"], "landed": closed["landed"], "upright_s": closed["upright_s"],
+    "mean_pos_err_mm": 1e3 * float(np.linalg.norm(e[..., :3], axis=-1).mean()),
+    "mean_rot_err_deg": float(np.degrees(np.linalg.norm(e[..., 3:], axis=-1).mean())),
+    "open_loop_landed": result["open_loop"]["landed"],
+    "robust_landed_share": result.get("robust_landed_share"),
+  }
+
+
+def print_result(result: dict, log=print) -> None:
+  for name in ("open_loop", "closed_loop"):
+    m = result[name]
+    log(f"{name.replace('_', ' ')}: backward pelvis rotation {m['rotation_rad']:.2f} rad "
+        f"({np.degrees(m['rotation_rad']):.0f} deg) over a flight of {m['flight_s']:.3f} s "
+        f"({m['takeoff_s']:.2f}-{m['touchdown_s']:.2f} s), pelvis apex {m['apex_m']:.2f} m, "
+        f"{'landed on the feet' if m['landed'] else 'did NOT land on the feet'}, upright for "
+        f"{m['upright_s']:.2f} s after")
+  e = result["errors"]
+  pos, rot = 1e3 * np.linalg.norm(e[..., :3], axis=-1), np.degrees(np.linalg.norm(e[..., 3:],
+                                                                               axis=-1))
+  log("tracking error (closed loop, mean over frames): " + ", ".join(
+    f"{label} {p:.0f} mm / {r:.1f} deg" for label, p, r in
+    zip(LABELS, pos.mean(0), rot.mean(0), strict=True)))
+  log(f"open-loop replay differs from the plan's states by {result['replay_gap']:.1e} (0: bit "
+      f"for bit); the closed loop by {result['closed_loop_gap']:.1e}")
+  if "robust" in result:
+    n = len(result["robust"])
+    log(f"robustness ({n} robots, link masses x[0.9, 1.1], floor friction [0.6, 1.0]): "
+        f"closed loop lands {100 * result['robust_landed_share']:.0f}%, open loop "
+        f"{100 * result['robust_open_loop_landed_share']:.0f}%")
+
+
+def solve(args: argparse.Namespace) -> dict:
+  model, flip, ref, clip, nstep, report = prepare(args)
+  frames = args.frames
+  with mjbatch_jax.Simulator(model, num_threads=args.threads) as sim:
+    cost = tracking_cost(sim, clip)
+    start = start_state(sim, clip)
+    one = sim.params(1)
+    total = jax.jit(lambda u: _plan_cost(cost, one, start, u, nstep))
+    lo, hi = model.actuator_ctrlrange.T
+    angles = jnp.asarray(np.clip(clip["qpos"][np.minimum(np.arange(1, frames + 1), frames - 1),
+                                              7:], lo, hi))
+    servo = jnp.asarray(clip["servo"])
+    costs = float(total(angles)), float(total(servo))
+    guess = angles if costs[0] <= costs[1] else servo
+    print(f"cost of the reference's joint angles as servo targets {costs[0]:.1f}, of its "
+          f"inverse-dynamics servo targets {costs[1]:.1f}: the warm start is the "
+          f"{'former' if costs[0] <= costs[1] else 'latter'}")
+    sampling, solving = common.Stopwatch(), common.Stopwatch()
+    with sampling():
+      if args.samples:
+        t_push = flip.stand_s + flip.crouch_s
+        guess = cem(sim, cost, start, np.asarray(guess), t_push, nstep, args.samples,
+                    args.cem_iterations, args.seed)
+        print(f"cost of the sampled plan {float(total(guess)):.1f}")
+        jax.block_until_ready(guess)
+    with solving():
+      result = control.ilqr(cost, one, start, guess, nstep=nstep, iterations=args.iterations,
+                            settings=SETTINGS, verbose=True)
+      jax.block_until_ready(result)
+    iterations = int(result.iterations)
+    sampled, ilqr_s = sampling.wall, solving.wall
+    print(f"solve: CEM {sampled:.1f} s, iLQR {iterations} iterations in {ilqr_s:.1f} s "
+          f"({ilqr_s / max(iterations, 1):.1f} s per iteration with compilation; {frames} knots "
+          f"of {nstep} steps, {sim.num_threads} threads); cost {float(result.costs[0]):.1f} -> "
+          f"{float(result.cost):.1f}")
+    # The feedback gains of the closed loop: a backward pass about the plan with a chosen
+    # regularisation (the solve's last mu can be large, which shrinks the gains to nothing).
+    about = control.ilqr(cost, one, start, result.ctrls, nstep=nstep, iterations=0,
+                         mu=args.gains_mu, settings=SETTINGS)
+    plan = {"ctrl": np.asarray(result.ctrls), "gains": np.asarray(about.gains, np.float32),
+            "states": np.asarray(result.states)}
+    evaluated = evaluate(sim, clip, start, plan, nstep, args.robust, args.seed)
+  print_result(evaluated)
+  summary = summary_of(evaluated)
+  common.save_result(args.out, KIND, {**plan, "start": np.asarray(start),
+                                      "ref_qpos": clip["qpos"], "ref_xpos": clip["xpos"],
+                                      "ref_xquat": clip["xquat"]},
+                     {"frames": frames, "nstep": nstep, "iterations": iterations,
+                      "threads": args.threads, "robust": args.robust, "seed": args.seed,
+                      "gains_mu": args.gains_mu},
+                     version=version(model, flip))
+  record = {"reference": report, "solve": {"cem_seconds": sampled, "ilqr_seconds": ilqr_s,
+                                           "iterations": iterations,
+                                           "costs": np.asarray(result.costs)},
+            "summary": summary}
+  common.write_json(args.out.with_suffix(".json"), record)
+  print(f"plan saved to {args.out}")
+  common.print_summary(summary)
+  return summary
+
+
+def _plan_cost(cost: control.Cost, params, start, ctrls, nstep: int) -> jax.Array:
+  """The tracking cost of a plan replayed open-loop (as ilqr counts it)."""
+  states, _, obs = mjbatch_jax.rollout(start[None], ctrls[None], params, nstep=nstep,
+                                       observe=cost.observe)
+  first = mjbatch_jax.forward(start[None], params, cost.observe)
+  states = jnp.concatenate([start[None], states[0]])
+  obs = {k: jnp.concatenate([first[k], v[0]]) for k, v in obs.items()}
+  held = jnp.concatenate([ctrls, ctrls[-1:]])
+  t = jnp.arange(len(states))
+  r = jax.vmap(cost.residual)(states, held, obs, t)
+  return jnp.sum(cost_terms.knot_cost(cost.terms, r, cost_terms.weights(cost.terms,
+                                                                            len(ctrls))))
+
+
+# --------------------------------------------------------------------------------- profile
+
+
+def profile(model: mujoco.MjModel, clip: dict, saved: dict, nstep: int, rounds: int = 2,
+            log=print) -> dict:
+  """One iLQR iteration about the saved plan against the custom calls it makes, on 1 and 2
+  threads: wall and CPU seconds, the best of `rounds` taken in turn (interleaved).
+
+  The iteration is ilqr(iterations=1) less ilqr(iterations=0) (the initial rollout), without
+  retries or final gains; the physics is its calls alone on the same inputs: one
+  transition_fd over the knots, one forward over every state and its tangent perturbations
+  (the cost's pose Jacobians), and the line search's step calls (every step size a row).
+  """
+  out = {}
+  for threads in (1, 2):
+    with mjbatch_jax.Simulator(model, num_threads=threads) as sim:
+      entry = _profile_on(sim, clip, jnp.asarray(saved["ctrl"]), jnp.asarray(saved["states"]),
+                          nstep, rounds)
+    out[threads] = entry
+    wall, cpu = entry["wall"], entry["cpu"]
+    log(f"profile, {threads} thread(s), {len(saved['ctrl'])} knots: one iteration "
+        f"{wall['iteration']:.2f} s wall / {cpu['iteration']:.2f} s CPU; its physics calls "
+        f"{wall['physics']:.2f} s wall ({100 * wall['physics_share']:.0f}%) / "
+        f"{cpu['physics']:.2f} s CPU ({100 * cpu['physics_share']:.0f}%)")
+  speedup = out[1]["wall"]["iteration"] / out[2]["wall"]["iteration"]
+  log(f"profile: 2 threads run an iteration {speedup:.2f}x as fast as 1 (wall); CPU seconds "
+      f"{out[1]['cpu']['iteration']:.2f} (1) vs {out[2]['cpu']['iteration']:.2f} (2)")
+  out["speedup_2_over_1"] = speedup
+  return out
+
+
+def _profile_on(sim: mjbatch_jax.Simulator, clip: dict, ctrl, states, nstep: int, rounds: int
+                ) -> dict:
+  model = sim.model
+  start, knots = states[0], len(ctrl)
+  settings = SETTINGS._replace(final_gains=False, max_retries=0, tolerance=0.0)
+  cost = tracking_cost(sim, clip)
+  one = sim.params(1)
+  lines = len(settings.step_sizes)
+  p_knots, p_lines = sim.params(knots), sim.params(lines)
+  p_rows = sim.params((knots + 1) * (1 + 2 * model.nv))
+  # Each state, nv copies moved along each position direction, nv more (the velocity
+  # directions: the same poses, the same cost to compute).
+  dq = jnp.concatenate([jnp.zeros((1, model.nv)), settings.eps * jnp.eye(model.nv)])
+  qpos = tangent.integrate_pos(tangent.Joints.of(model), states[:, None, sim.layout.qpos],
+                               dq[None], 1.0)
+  rows = jnp.broadcast_to(states[:, None], (*qpos.shape[:2], sim.nstate))
+  rows = jnp.concatenate([rows.at[..., sim.layout.qpos].set(qpos),
+                          jnp.broadcast_to(states[:, None], (knots + 1, model.nv, sim.nstate))],
+                         axis=1).reshape(-1, sim.nstate)
+
+  def iterate(u, n):
+    return control.ilqr(cost, one, start, u, nstep=nstep, iterations=n, settings=settings).cost
+
+  def line_steps(u):
+    def knot(x, u_t):
+      x, obs = mjbatch_jax.step(x, jnp.broadcast_to(u_t, (lines, model.nu)), p_lines,
+                                nstep=nstep, observe=cost.observe)
+      return x, obs["xpos"][:, 0]
+    return jax.lax.scan(knot, jnp.broadcast_to(start, (lines, sim.nstate)), u)[1]
+
+  calls = {
+    "iteration_plus_rollout": (jax.jit(lambda u: iterate(u, 1)), ctrl),
+    "rollout": (jax.jit(lambda u: iterate(u, 0)), ctrl),
+    "transition_fd": (jax.jit(lambda x, u: mjbatch_jax.transition_fd(x, u, p_knots,
+                                                                     nstep=nstep)),
+                      states[:-1], ctrl),
+    "forward": (jax.jit(lambda r: mjbatch_jax.forward(r, p_rows, cost.observe)), rows),
+    "line_search_steps": (jax.jit(line_steps), ctrl),
+  }
+  for fn, *args in calls.values():
+    jax.block_until_ready(fn(*args))  # compiled and warm
+  wall, cpu = dict.fromkeys(calls, np.inf), dict.fromkeys(calls, np.inf)
+  for _ in range(rounds):
+    for name, (fn, *args) in calls.items():
+      watch = common.Stopwatch()
+      with watch():
+        jax.block_until_ready(fn(*args))
+      wall[name], cpu[name] = min(wall[name], watch.wall), min(cpu[name], watch.cpu)
+  entry = {}
+  for kind, t in (("wall", wall), ("cpu", cpu)):
+    iteration = t["iteration_plus_rollout"] - t["rollout"]
+    physics = t["transition_fd"] + t["forward"] + t["line_search_steps"]
+    entry[kind] = {**t, "iteration": iteration, "physics": physics,
+                   "physics_share": physics / iteration}
+  return entry
+
+
+# ------------------------------------------------------------------------------------ play
+
+
+def play(args: argparse.Namespace) -> dict:
+  model = load_model(args.model)
+  flip = Flip()
+  saved, meta = common.load_result(args.out, KIND, version=version(model, flip), keys=PLAN_KEYS)
+  nstep = int(meta["nstep"])
+  clip = {"qpos": saved["ref_qpos"], "xpos": saved["ref_xpos"], "xquat": saved["ref_xquat"]}
+  plan = {k: saved[k] for k in ("ctrl", "gains", "states")}
+  with mjbatch_jax.Simulator(model, num_threads=args.threads) as sim:
+    with common.Stopwatch()() as watch:
+      result = evaluate(sim, clip, jnp.asarray(saved["start"]), plan, nstep, args.robust,
+                        args.seed)
+    print(f"replayed {args.out} ({len(plan['ctrl'])} knots; open loop, closed loop and "
+          f"{args.robust} randomised robots) in {watch.wall:.1f} s with compilation")
+  print_result(result)
+  if args.profile:
+    common.write_json(args.out.with_name(args.out.stem + "_profile.json"),
+                      profile(model, clip, saved, nstep))
+  plots(model, result, clip, nstep, args.out.with_suffix(".png"))
+  fps = 1 / (2 * model.opt.timestep * nstep)
+  rows = result["closed_loop_states"][nstep - 1::2 * nstep]
+  print(common.render(model, rows, args.out.with_suffix(".gif"), fps, track_body="pelvis",
+                      distance=3.2, azimuth=90.0, elevation=-5.0))
+  summary = summary_of(result)
+  common.print_summary(summary)
+  return summary
+
+
+def plots(model: mujoco.MjModel, result: dict, clip: dict, nstep: int, path: Path) -> None:
+  plt = common.pyplot()
+  if plt is None:
+    return
+  dt = model.opt.timestep
+  e = result["errors"]
+  t_knots = FRAME_DT * np.arange(1, len(e) + 1)
+  fig, axes = plt.subplots(4, 1, figsize=(9, 12), sharex=True)
+  parts = sorted({label.split()[-1] for label in LABELS})
+  for i, label in enumerate(LABELS):
+    style = {"color": f"C{parts.index(label.split()[-1])}", "label": label,
+             "linestyle": "--" if label.startswith("right") else "-"}
+    axes[0].plot(t_knots, 1e3 * np.linalg.norm(e[:, i, :3], axis=-1), **style)
+  axes[0].set_ylabel("position error (mm)")
+  axes[0].legend(ncol=4, fontsize=7)
+  t_ref = FRAME_DT * np.arange(len(clip["qpos"]))
+  for name, style in (("closed_loop", "-"), ("open_loop", ":")):
+    states = result[f"{name}_states"]
+    t = dt * np.arange(1, len(states) + 1)
+    qpos = states[:, 1:1 + model.nq]
+    axes[1].plot(t, qpos[:, 2], style, label=name.replace("_", " "))
+    rot = np.zeros((len(qpos), 9))
+    for k, q in enumerate(qpos):
+      mujoco.mju_quat2Mat(rot[k], q[3:7])
+    axes[2].plot(t, np.unwrap(np.arctan2(-rot[:, 6], rot[:, 0])), style,
+                 label=name.replace("_", " "))
+  ref_rot = np.zeros((len(t_ref), 9))
+  for k, q in enumerate(clip["qpos"]):
+    mujoco.mju_quat2Mat(ref_rot[k], q[3:7])
+  axes[1].plot(t_ref, clip["qpos"][:, 2], "--", color="gray", label="reference")
+  axes[1].axhline(PELVIS_UPRIGHT, color="r", lw=0.8, label="upright threshold")
+  axes[1].set_ylabel("pelvis height (m)")
+  axes[1].legend(fontsize=7)
+  axes[2].plot(t_ref, np.unwrap(np.arctan2(-ref_rot[:, 6], ref_rot[:, 0])), "--", color="gray",
+               label="reference")
+  axes[2].set_ylabel("pelvis pitch (rad, + forward)")
+  axes[2].legend(fontsize=7)
+  floor = result["closed_loop_floor"]
+  t = dt * np.arange(1, len(floor) + 1)
+  other = floor[:, 2] - floor[:, 0] - floor[:, 1]
+  contacts = (floor[:, 0] > 0, floor[:, 1] > 0, other > 0)
+  for row, on in enumerate(contacts):
+    axes[3].fill_between(t, row + 0.1, row + 0.9, where=on, step="mid",
+                         color=("C0", "C1", "C3")[row])
+  axes[3].set_yticks([0.5, 1.5, 2.5], ["left foot", "right foot", "other bodies"])
+  axes[3].set_ylabel("on the floor (closed loop)")
+  axes[3].set_xlabel("time (s)")
+  fig.suptitle("G1 backflip: the iLQR plan replayed")
+  common.save_figure(fig, path)
+
+
+# ------------------------------------------------------------------------------------ main
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+  parser = argparse.ArgumentParser(description="A backflip on the Unitree G1: a physics-built "
+                                   "reference tracked whole-body by iLQR.")
+  parser.add_argument("--model", type=Path, default=common.G1_SCENE,
+                      help="the G1's scene.xml (default: ../shared/models/unitree_g1)")
+  parser.add_argument("--frames", type=common.int_in(2, CLIP_FRAMES, f"the clip has "
+                                                     f"{CLIP_FRAMES} frames"),
+                      default=CLIP_FRAMES, help=f"track the clip's first N frames of {FRAME_DT} "
+                      f"s (default {CLIP_FRAMES}: all of it)")
+  parser.add_argument("--iterations", type=common.int_in(0, 1000, "most iLQR iterations"),
+                      default=60, help="most iLQR iterations (default 60)")
+  parser.add_argument("--samples", type=common.int_in(0, 4096, "0: no sampling"), default=128,
+                      help="CEM candidates per iteration for the initial guess (default 128)")
+  parser.add_argument("--cem-iterations", type=common.int_in(0, 1000, "CEM iterations"),
+                      default=20, help="CEM iterations (default 20)")
+  parser.add_argument("--gains-mu", type=common.positive_float("regularisation"), default=1.0,
+                      help="Q_uu + mu I of the backward pass that gives the closed loop's gains "
+                           "(default 1)")
+  parser.add_argument("--robust", type=common.int_in(0, 4096, "0: none"), default=32,
+                      help="randomised robots of the robustness replay (default 32)")
+  parser.add_argument("--profile", action="store_true",
+                      help="with --play: time an iLQR iteration about the saved plan against "
+                           "its physics calls, on 1 and 2 threads")
+  parser.add_argument("--reference", action="store_true",
+                      help="build the reference and check its feasibility only")
+  common.add_standard_args(parser, KIND)
+  return common.parse(parser, argv)
+
+
+def main(argv: list[str] | None = None) -> dict:
+  args = parse_args(argv)
+  if args.reference:
+    return prepare(args)[-1]
+  return play(args) if args.play else solve(args)
+
+
+if __name__ == "__main__":
+  main(sys.argv[1:])

@@ -144,7 +144,10 @@ class Tangent:
     return jnp.concatenate([dq, rows[..., self.rest] - nominal[..., self.rest]], axis=-1)
 
   def retract(self, rows: jax.Array, dx: jax.Array) -> jax.Array:
-    """rows moved by tangent dx (..., nx)."""
+    """rows moved by tangent dx (..., nx), broadcast against each other."""
+    lead = jnp.broadcast_shapes(rows.shape[:-1], dx.shape[:-1])
+    rows = jnp.broadcast_to(rows, (*lead, rows.shape[-1]))
+    dx = jnp.broadcast_to(dx, (*lead, dx.shape[-1]))
     q = self.layout.qpos
     qpos = integrate_pos(self.joints, rows[..., q], dx[..., : self.nv], 1.0)
     rows = rows.at[..., q].set(qpos)
