@@ -15,6 +15,7 @@
 #include <mujoco/mjxmacro.h>
 #include <mujoco/mujoco.h>
 
+#include "regime.h"
 #include "trap.h"
 
 namespace mjbatch_jax {
@@ -222,16 +223,24 @@ void TransitionSim(const mjModel* m, mjData* d, int sim, void* arg) {
 struct StepRowsArgs {
   double* states;
   double* sensordata;
+  uint64_t* regimes;
   int nstep;
 };
 
-// mjb_apply function: nstep substeps of one loaded row, recording the row and sensordata.
-void StepRowSim(const mjModel* m, mjData* d, int sim, void* arg) {
+// mjb_apply function: nstep substeps of one loaded row, recording the row, sensordata and the
+// regime of every substep.
+void StepRowSim(const mjModel* m, mjData* d, int row, void* arg) {
   auto* a = static_cast<StepRowsArgs*>(arg);
   std::size_t nstate = mj_stateSize(m, mjSTATE_INTEGRATION), ns = m->nsensordata;
-  for (int s = 0; s < a->nstep; ++s) mj_step(m, d);
-  mj_getState(m, d, a->states + sim * nstate, mjSTATE_INTEGRATION);
-  Convert(a->sensordata + sim * ns, d->sensordata, ns);
+  std::size_t r = row;
+  uint64_t regime = kRegimeSeed;
+  for (int s = 0; s < a->nstep; ++s) {
+    mj_step(m, d);
+    regime = FoldRegime(m, d, regime);
+  }
+  mj_getState(m, d, a->states + r * nstate, mjSTATE_INTEGRATION);
+  Convert(a->sensordata + r * ns, d->sensordata, ns);
+  a->regimes[r] = regime;
 }
 
 }  // namespace
@@ -683,103 +692,52 @@ Status Engine::TransitionFD(const Inputs<T>& in, double eps, bool centered, T* A
   return status.ok() ? first_failure : status;
 }
 
-template <typename T>
-Status Engine::FiniteDifference(const Inputs<T>& in, int nstep, const Perturbation& p, T* next,
-                                T* sensordata, T* jx, T* jy) {
+Status Engine::StepRows(const Rows& in, int nstep, double* states, double* sensordata,
+                        uint64_t* regimes) {
   if (nstep < 1) return Status::InvalidArgument("nstep must be >= 1");
-  if (!(p.eps > 0) || !std::isfinite(p.eps)) {
-    return Status::InvalidArgument("eps must be a finite number > 0");
-  }
-  const std::size_t nstate = nstate_, ns = model_->nsensordata, nu = model_->nu;
-  const std::size_t width = ParamWidth(in.fields);
-  for (int column : p.columns) {
-    if (column < 0 || static_cast<std::size_t>(column) >= nstate + width) {
-      return Status::InvalidArgument("a perturbed column is outside [0, nstate + params)");
-    }
-  }
   if (in.n == 0) return Status();
-  const std::size_t k = p.columns.size();
-  const std::size_t per_sim = 1 + k * (p.centered ? 2 : 1);
-  if (per_sim > ChunkSize() * 16) {
-    return Status::InvalidArgument("too many perturbed columns for one simulation");
-  }
-  // Whole simulations per chunk, each with all its perturbed copies.
-  const std::size_t sims = std::max<std::size_t>(1, ChunkSize() / per_sim);
-  // Offset of ctrl in a row: the sizes of the components before it, in mj_getState order.
-  std::size_t ctrl_offset = 0;
-  for (int bit = 1; bit < mjSTATE_CTRL; bit <<= 1) {
-    if (bit & mjSTATE_INTEGRATION) ctrl_offset += mj_stateSize(model_, bit);
-  }
-  std::vector<double> rows, params, states, sensors;
+  const std::size_t ns = model_->nsensordata, width = ParamWidth(in.fields);
   Status status;
-  Slot* slot = Acquire(std::min(in.n, sims) * per_sim, in.set_const, &status);
+  Slot* slot = Acquire(std::min(in.n, ChunkSize()), in.set_const, &status);
   if (!slot) return status;
   Lease lease(this, slot);
-  const std::size_t chunk_sims = slot->capacity / per_sim;
-  for (std::size_t start = 0; start < in.n; start += chunk_sims) {
-    const std::size_t count = std::min(chunk_sims, in.n - start);
-    const std::size_t nrow = count * per_sim;
-    rows.resize(nrow * nstate);
-    params.resize(nrow * width);
-    states.resize(nrow * nstate);
-    sensors.resize(nrow * ns);
-    for (std::size_t i = 0; i < count; ++i) {
-      // The nominal inputs of simulation start + i, in float64, then its perturbed copies.
-      double* base = rows.data() + i * per_sim * nstate;
-      double* base_params = params.data() + i * per_sim * width;
-      Convert(base, in.state + (start + i) * nstate, nstate);
-      if (in.ctrl) Convert(base + ctrl_offset, in.ctrl + (start + i) * nu, nu);
-      if (width) Convert(base_params, in.params + (start + i) * width, width);
-      for (std::size_t r = 1; r < per_sim; ++r) {
-        std::memcpy(base + r * nstate, base, nstate * sizeof(double));
-        if (width) std::memcpy(base_params + r * width, base_params, width * sizeof(double));
-        std::size_t c = (r - 1) % k;
-        double eps = r <= k ? p.eps : -p.eps;
-        std::size_t column = p.columns[c];
-        if (column < nstate) {
-          base[r * nstate + column] += eps;
-        } else {
-          base_params[r * width + column - nstate] += eps;
-        }
-      }
-    }
+  for (std::size_t start = 0; start < in.n; start += slot->capacity) {
+    const int count = static_cast<int>(std::min<std::size_t>(slot->capacity, in.n - start));
     Inputs<double> chunk;
-    chunk.n = nrow;
-    chunk.state = rows.data();
-    chunk.params = params.data();
+    chunk.n = count;
+    chunk.state = in.state + start * nstate_;
+    chunk.params = width ? in.params + start * width : nullptr;
     chunk.fields = in.fields;
-    chunk.set_const = in.set_const;
-    status = Load(slot, chunk, start, static_cast<int>(per_sim));
+    status = Load(slot, chunk);  // the constants below, so that a failure names its row
     if (!status.ok()) return status;
-    StepRowsArgs args{states.data(), sensors.data(), nstep};
-    const int* ids = static_cast<int>(nrow) == slot->capacity ? nullptr : slot->ids.data();
+    const int* ids = count == slot->capacity ? nullptr : slot->ids.data();
     int nfail = 0;
+    if (in.set_const) {
+      status = Call([&] { nfail = mjb_setConst(slot->batch, ids, count); });
+      if (!status.ok()) return status;
+      if (nfail) return RowsFailure(slot, in, start, count);
+    }
+    StepRowsArgs args{states + start * nstate_, sensordata + start * ns, regimes + start, nstep};
     status = Call([&] {
-      nfail = mjb_apply(slot->batch, ids, static_cast<int>(nrow), StepRowSim, &args, 0);
+      nfail = mjb_apply(slot->batch, ids, count, StepRowSim, &args, /*save=*/0);
     });
     if (!status.ok()) return status;
-    if (nfail) return Failure(slot, start, static_cast<int>(nrow), nfail, per_sim);
-    // Differences in float64, rounded to T once.
-    const double scale = p.centered ? 0.5 / p.eps : 1.0 / p.eps;
-    for (std::size_t i = 0; i < count; ++i) {
-      const std::size_t sim = start + i;
-      const double* x0 = states.data() + i * per_sim * nstate;
-      const double* y0 = sensors.data() + i * per_sim * ns;
-      Convert(next + sim * nstate, x0, nstate);
-      Convert(sensordata + sim * ns, y0, ns);
-      for (std::size_t c = 0; c < k; ++c) {
-        const double* xp = x0 + (1 + c) * nstate;
-        const double* yp = y0 + (1 + c) * ns;
-        const double* xm = p.centered ? x0 + (1 + k + c) * nstate : x0;
-        const double* ym = p.centered ? y0 + (1 + k + c) * ns : y0;
-        T* ox = jx + (sim * k + c) * nstate;
-        T* oy = jy + (sim * k + c) * ns;
-        for (std::size_t j = 0; j < nstate; ++j) ox[j] = static_cast<T>((xp[j] - xm[j]) * scale);
-        for (std::size_t j = 0; j < ns; ++j) oy[j] = static_cast<T>((yp[j] - ym[j]) * scale);
-      }
-    }
+    if (nfail) return RowsFailure(slot, in, start, count);
   }
   return Status();
+}
+
+Status Engine::RowsFailure(Slot* slot, const Rows& in, std::size_t start, int count) {
+  const int* failed = mjb_status(slot->batch);
+  for (int i = 0; i < count; ++i) {
+    if (!failed[i]) continue;
+    const std::size_t row = start + i;
+    std::string message = "sim " + std::to_string(in.sim ? in.sim[row] : row) + ": " +
+                          mjb_error(slot->batch, i);
+    if (in.perturbed && in.perturbed[row]) message += " (in a perturbed copy)";
+    return Status::Simulation(message);
+  }
+  return Status::Simulation("a simulation failed");
 }
 
 #define MJBATCH_JAX_INSTANTIATE(T)                                                            \
@@ -788,9 +746,7 @@ Status Engine::FiniteDifference(const Inputs<T>& in, int nstep, const Perturbati
                                      const Observation<T>*);                                  \
   template Status Engine::Forward<T>(const Inputs<T>&, const std::vector<DataField>&,         \
                                      const std::vector<T*>&);                                 \
-  template Status Engine::TransitionFD<T>(const Inputs<T>&, double, bool, T*, T*, T*, T*);    \
-  template Status Engine::FiniteDifference<T>(const Inputs<T>&, int, const Perturbation&, T*, \
-                                              T*, T*, T*);
+  template Status Engine::TransitionFD<T>(const Inputs<T>&, double, bool, T*, T*, T*, T*);
 MJBATCH_JAX_INSTANTIATE(float)
 MJBATCH_JAX_INSTANTIATE(double)
 #undef MJBATCH_JAX_INSTANTIATE

@@ -60,13 +60,18 @@ struct Observation {
   bool new_state = true;
 };
 
-// What FiniteDifference perturbs and how.
-struct Perturbation {
-  // Entries of a simulation's input vector (its row with the call's ctrl written in, then its
-  // params side by side): 0 .. nstate-1 are row entries, nstate .. nstate+P-1 params.
-  std::vector<int> columns;
-  double eps = 1e-6;
-  bool centered = false;
+// Float64 rows, each with its own params, for StepRows: the perturbed copies of finite
+// differences.
+struct Rows {
+  std::size_t n = 0;
+  const double* state = nullptr;   // n x nstate, with the controls written in
+  const double* params = nullptr;  // n x (sum of the fields' sizes)
+  const std::vector<ParamField>* fields = nullptr;
+  bool set_const = false;
+  // For error messages: the simulation of the call that row i copies (nullptr: i itself), and
+  // whether it is a perturbed copy (nullptr: none is).
+  const std::size_t* sim = nullptr;
+  const bool* perturbed = nullptr;
 };
 
 // Simulations of one model on MuJoCo batches. Thread-safe: concurrent calls each lease a batch of
@@ -91,6 +96,8 @@ class Engine {
   int nstate() const { return nstate_; }
   int nthread() const { return nthread_; }
   int max_slots() const { return max_slots_; }
+  // Rows of a batch: kRowsPerThread per thread; a call on more goes through in chunks.
+  std::size_t ChunkSize() const;
 
   // Number of mjtNum elements per simulation of an expandable model field, or -1 with the reason
   // in error (unknown, an asset, a structural field, or not mjtNum).
@@ -124,14 +131,11 @@ class Engine {
   template <typename T>
   Status TransitionFD(const Inputs<T>& in, double eps, bool centered, T* A, T* B, T* C, T* D);
 
-  // Forward (or centred) differences of nstep substeps w.r.t. the entries p.columns of each
-  // simulation's inputs, with the rows, the perturbations and the differences in float64 however
-  // T rounds the inputs and results. Writes the nominal rows (n x nstate) and sensordata
-  // (n x ns) after the last substep, and their derivatives jx (n x k x nstate), jy (n x k x ns),
-  // k = p.columns.size(). Every perturbed copy is another row on the pool.
-  template <typename T>
-  Status FiniteDifference(const Inputs<T>& in, int nstep, const Perturbation& p, T* next,
-                          T* sensordata, T* jx, T* jy);
+  // Advance each row by nstep substeps on the pool and write its row (n x nstate), sensordata
+  // (n x nsensordata) and regime (n, see regime.h: a hash of the switches of the dynamics it
+  // met at every substep) after them.
+  Status StepRows(const Rows& in, int nstep, double* states, double* sensordata,
+                  uint64_t* regimes);
 
  private:
   struct Slot;
@@ -139,9 +143,6 @@ class Engine {
   Engine(mjModel* model, int nthread);
 
   int ProbeParamSize(const std::string& field, std::string* error) const;
-
-  // Rows of a batch: kRowsPerThread per thread.
-  std::size_t ChunkSize() const;
 
   // Lease a batch of min(rows, ChunkSize()) rows, and for each chunk of in's simulations load it
   // and call run_chunk(lease, start, count), which returns a Status. Stop at the first error.
@@ -160,6 +161,10 @@ class Engine {
 
   // mj_setConst on the first n simulations of slot's batch, from their loaded params.
   Status SetConst(Slot* slot, std::size_t n, std::size_t start, int rows_per_sim);
+
+  // The first failed row of slot's last call on rows start .. start + count - 1 of a StepRows
+  // call, named by in.sim.
+  Status RowsFailure(Slot* slot, const Rows& in, std::size_t start, int count);
 
   // The first failed simulation of slot's last call on count rows, named as "sim <start + i>".
   Status Failure(Slot* slot, std::size_t start, int count, int nfail, int rows_per_sim = 1);

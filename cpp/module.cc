@@ -12,6 +12,7 @@
 
 #include "c_loop.h"
 #include "engine.h"
+#include "finite_difference.h"
 #include "handlers.h"
 #include "registry.h"
 #include "status.h"
@@ -72,6 +73,18 @@ NB_MODULE(_mjbatch_jax, m) {
     for (const HandlerEntry& entry : Handlers()) counts[entry.name] = entry.calls->load();
     return counts;
   }, "How many times each handler has run in this process.");
+
+  m.def("finite_difference_totals", [] {
+    FiniteDifferenceCounts counts = FiniteDifferenceTotals();
+    nb::dict totals;
+    totals["columns"] = counts.columns;
+    totals["switched"] = counts.switched;
+    totals["extra_rows"] = counts.extra_rows;
+    totals["unresolved"] = counts.unresolved;
+    return totals;
+  }, "Totals of the finite differences of this process: columns, those whose first copies "
+     "crossed a switch of the dynamics, the extra rows that differenced them, and those that no "
+     "smaller step resolved.");
 
   m.def("open_engine", [](uintptr_t model, int nthread) {
     Status status;

@@ -1,96 +1,53 @@
-"""Swing a cart-pole up by predictive sampling, one jitted function per control step.
+"""Swing a cart-pole up by sampling MPC (control.sampling, --method predictive, mppi or cem): each
+control step rolls out 1024 plans of 25 knots in one call. `--play` replays the saved run."""
 
-  python examples/cartpole_mpc.py
+import argparse
 
-Each control step samples 1024 noisy variations of the current plan (25 knots), rolls all of
-them out in one custom call (`mjbatch_jax.rollout`), keeps the cheapest, applies its first knot
-to the real system and shifts the plan. The whole step, sampling included, is one XLA program.
-"""
-
-import time
-
+import common
 import jax
+import jax.numpy as jnp
+import mujoco
+import numpy as np
+
+import mjbatch_jax
+from mjbatch_jax import control
 
 jax.config.update("jax_enable_x64", True)
-
-import jax.numpy as jnp  # noqa: E402
-import mujoco  # noqa: E402
-
-import mjbatch_jax  # noqa: E402
-
-CARTPOLE = """
-<mujoco>
-  <option timestep="0.01" integrator="implicitfast"/>
-  <worldbody>
-    <body name="cart">
-      <joint name="slider" type="slide" axis="1 0 0" range="-2 2" limited="true" damping="0.5"/>
-      <geom type="box" size=".2 .1 .05" mass="1" contype="0" conaffinity="0"/>
-      <body name="pole">
-        <joint name="hinge" axis="0 1 0" damping="0.005"/>
-        <geom type="capsule" fromto="0 0 0 0 0 .6" size=".03" mass=".2"
-              contype="0" conaffinity="0"/>
-      </body>
-    </body>
-  </worldbody>
-  <actuator><motor joint="slider" gear="10" ctrlrange="-1 1" ctrllimited="true"/></actuator>
-</mujoco>
-"""
-
-NUM_SAMPLES = 1024
-NUM_KNOTS = 25
-SUBSTEPS = 4  # mj_step calls per knot: a 1 s horizon
-NUM_CONTROL_STEPS = 150
-NOISE = 0.5
+CARTPOLE = """<mujoco><option timestep="0.01" integrator="implicitfast"/><worldbody><body><joint
+name="x" type="slide" axis="1 0 0" range="-2 2" damping="0.5"/><geom type="box" mass="1" size=".2
+.1 .05" contype="0"/><body><joint axis="0 1 0" damping=".005"/><geom type="capsule" size=".03"
+fromto="0 0 0 0 0 .6" mass=".2" contype="0"/></body></body></worldbody><actuator><motor joint="x"
+gear="10" ctrlrange="-1 1"/></actuator></mujoco>"""
+KNOTS, SUBSTEPS, SAMPLES = 25, 4, 1024
 
 
-def tilt(qpos: jax.Array) -> jax.Array:
-  """Angle of the pole from upright, in [0, pi]."""
-  return jnp.abs(jnp.mod(qpos[..., 1] + jnp.pi, 2 * jnp.pi) - jnp.pi)
+def make_planner(sim, method: str, samples: int = SAMPLES) -> control.Planner:
+  def residual(x, u, obs, t):  # upright (1 - cos = 2 sin(half)^2), centred, calm, effort
+    q, v = x[sim.layout.qpos], x[sim.layout.qvel]
+    return jnp.concatenate([2 * jnp.sin(q[1:] / 2), 0.4**0.5 * q[:1], 0.02**0.5 * v, 0.02**0.5 * u])
+
+  cost = control.Cost(residual, (control.Term(4), control.Term(1, np.r_[np.ones(KNOTS), 0])))
+  settings = control.SamplingSettings(method, samples, KNOTS, noise=0.5, temperature=0.1)
+  return control.sampling(cost, sim.params(1), horizon=KNOTS, nstep=SUBSTEPS, settings=settings)
 
 
-def cost(states: jax.Array, ctrls: jax.Array, layout: mjbatch_jax.StateLayout) -> jax.Array:
-  qpos, qvel = states[..., layout.qpos], states[..., layout.qvel]
-  upright = 1 - jnp.cos(qpos[..., 1])
-  centred = 0.2 * qpos[..., 0] ** 2
-  calm = 0.01 * jnp.sum(qvel**2, axis=-1)
-  effort = 0.01 * jnp.sum(ctrls**2, axis=-1)
-  return jnp.sum(upright + centred + calm + effort, axis=-1)
-
-
-def main() -> float:
-  model = mujoco.MjModel.from_xml_string(CARTPOLE)
-  with mjbatch_jax.Simulator(model) as sim:
-    layout = sim.layout
-    state = sim.init_state(1).at[:, layout.qpos].set(jnp.array([[0.0, jnp.pi]]))  # hanging
-    samples_params = sim.params(NUM_SAMPLES)
-    one_params = sim.params(1)
-
-    @jax.jit
-    def control_step(state, plan, key):
-      noise = NOISE * jax.random.normal(key, (NUM_SAMPLES, NUM_KNOTS, sim.nu))
-      candidates = jnp.clip(plan + noise.at[0].set(0.0), -1.0, 1.0)  # sample 0: the plan
-      starts = jnp.broadcast_to(state, (NUM_SAMPLES, sim.nstate))
-      states, _ = mjbatch_jax.rollout(starts, candidates, samples_params, nstep=SUBSTEPS)
-      best = candidates[jnp.argmin(cost(states, candidates, layout))]
-      state = mjbatch_jax.step(state, best[None, 0], one_params, nstep=SUBSTEPS)
-      plan = jnp.concatenate([best[1:], best[-1:]])  # shift, hold the last knot
-      return state, plan
-
-    plan = jnp.zeros((NUM_KNOTS, sim.nu))
-    key = jax.random.PRNGKey(0)
-    start = time.perf_counter()
-    for k in range(NUM_CONTROL_STEPS):
-      key, sub = jax.random.split(key)
-      state, plan = control_step(state, plan, sub)
-      if k % 25 == 0 or k == NUM_CONTROL_STEPS - 1:
-        print(f"step {k:3d}: tilt {float(tilt(state[0, layout.qpos])):.3f} rad")
-    seconds = time.perf_counter() - start
-  final = float(tilt(state[0, layout.qpos]))
-  rollouts = NUM_CONTROL_STEPS * NUM_SAMPLES * NUM_KNOTS * SUBSTEPS
-  print(f"{NUM_CONTROL_STEPS} control steps in {seconds:.1f} s "
-        f"({rollouts / seconds:,.0f} sim-steps/s on {sim.num_threads} threads)")
-  print(f"final tilt: {final:.3f} rad")
-  return final
+def main(argv=None) -> dict:
+  parser = argparse.ArgumentParser(description=__doc__)
+  common.add_standard_args(parser, "cartpole_mpc")
+  common.add_mpc_args(parser, steps=150)
+  args, model = common.parse(parser, argv), mujoco.MjModel.from_xml_string(CARTPOLE)
+  with mjbatch_jax.Simulator(model, num_threads=args.threads) as sim:
+    hinge = sim.layout.qpos.start + 1  # the pole's angle in a state row, 0 upright
+    start, planner = sim.init_state(1)[0].at[hinge].set(jnp.pi), make_planner(sim, args.method)
+    tilt = lambda s: np.abs(np.mod(np.asarray(s)[..., hinge] + np.pi, 2 * np.pi) - np.pi)  # noqa
+    if args.play:
+      return common.play_run(args, "cartpole_mpc", model, sim, start, SUBSTEPS, {"tilt": tilt})
+    rows, wall, cpu = common.run_mpc(control.receding_horizon(planner, sim.params(1)), start,
+                                     planner.init(), args.seed, args.steps, 25,
+                                     lambda k, s: f"tilt {tilt(s):.3f} rad")
+  return common.save_run(args, "cartpole_mpc", model, rows, {
+    "method": args.method, "final_tilt": float(tilt(rows[-1])), "control_period": 0.04,
+    "seconds_per_step": float(np.median(wall[1:])), "cpu_per_step": float(np.median(cpu))})
 
 
 if __name__ == "__main__":

@@ -22,9 +22,12 @@ from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
-import jax
-import mujoco
-import numpy as np
+# Videos render headless; the GL backend is chosen when mujoco is first imported.
+os.environ.setdefault("MUJOCO_GL", "egl")
+
+import jax  # noqa: E402
+import mujoco  # noqa: E402
+import numpy as np  # noqa: E402
 
 EXAMPLES = Path(__file__).resolve().parent
 RESULTS = EXAMPLES / "results"
@@ -32,6 +35,15 @@ RESULTS = EXAMPLES / "results"
 MODELS = EXAMPLES.parents[1] / "shared" / "models"
 G1_SCENE = MODELS / "unitree_g1" / "scene.xml"
 GO1_SCENE = MODELS / "unitree_go1" / "scene.xml"
+
+
+def robot_scene(path: "str | Path | None", name: str) -> Path:
+  """path, or the shared models' <name>/scene.xml; SystemExit saying where to get it if absent."""
+  scene = Path(path) if path else MODELS / name / "scene.xml"
+  if not scene.is_file():
+    raise SystemExit(f"no model at {scene}: pass --model PATH to {name}'s scene.xml (MuJoCo "
+                     f"Menagerie's {name}, expected in {MODELS})")
+  return scene
 
 
 # -- the command line ----------------------------------------------------------------------------
@@ -87,6 +99,15 @@ def add_standard_args(parser: argparse.ArgumentParser, name: str, threads: int =
   parser.set_defaults(result_name=name)
 
 
+def add_mpc_args(parser: argparse.ArgumentParser, steps: int, method: str = "predictive"
+                 ) -> None:
+  """--steps (control steps) and --method (control.sampling's) of a receding-horizon example."""
+  parser.add_argument("--steps", type=int_in(1, 10**6, "control steps"), default=steps,
+                      help=f"control steps (default {steps})")
+  parser.add_argument("--method", choices=("predictive", "mppi", "cem"), default=method,
+                      help=f"the sampling planner (default {method})")
+
+
 def parse(parser: argparse.ArgumentParser, argv: Sequence[str] | None = None) -> argparse.Namespace:
   """parser.parse_args, with args.out defaulting to RESULTS/<name>.npz."""
   args = parser.parse_args(argv)
@@ -135,7 +156,7 @@ def save_result(path: Path, kind: str, arrays: dict[str, Any], meta: dict[str, A
   tmp = path.with_name(path.name + ".tmp.npz")
   values: dict[str, Any] = {key: np.asarray(value) for key, value in arrays.items()}
   values["__header__"] = np.array(json.dumps(header))
-  np.savez(tmp, **values)
+  np.savez_compressed(tmp, **values)
   tmp.replace(path)
   return path
 
@@ -219,6 +240,89 @@ def timed(*calls: tuple, repeats: int = 3) -> list[float]:
       jax.block_until_ready(fn(*args))
       times.append(time.process_time() - begin)
   return [float(np.min(t)) for t in spent]
+
+
+# -- receding horizon and replays ---------------------------------------------------------------
+
+
+def run_mpc(step: Callable, state: Any, plan: Any, seed: int, steps: int, every: int = 0,
+            report: Callable[[int, Any], str] | None = None
+            ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+  """Runs a control step (control.receding_horizon's) `steps` times from state and plan.
+
+  Returns the real system's states (steps + 1, nstate) and the wall and CPU seconds (all
+  threads) of each step; the first includes compilation. Every `every` steps it prints
+  report(k, state).
+  """
+  rows, wall, cpu = [np.asarray(state)], [], []
+  key = jax.random.PRNGKey(seed)
+  for k in range(steps):
+    begin, begin_cpu = time.perf_counter(), time.process_time()
+    state, plan, _ = jax.block_until_ready(step(state, plan, jax.random.fold_in(key, k)))
+    wall.append(time.perf_counter() - begin)
+    cpu.append(time.process_time() - begin_cpu)
+    rows.append(np.asarray(state))
+    if every and report is not None and (k % every == 0 or k == steps - 1):
+      print(f"step {k:4d}: {report(k, state)}", flush=True)
+  return np.array(rows), np.array(wall), np.array(cpu)
+
+
+def replay(params: Any, start: Any, ctrls: Any, nstep: int) -> np.ndarray:
+  """(T + 1, nstate) states of controls (T, nu) applied from the row start: one rollout call."""
+  from mjbatch_jax import functions
+
+  states, _ = functions.rollout(jax.numpy.asarray(start)[None], jax.numpy.asarray(ctrls)[None],
+                                params, nstep=nstep)
+  return np.concatenate([np.asarray(start)[None], np.asarray(states[0])])
+
+
+def save_run(args: argparse.Namespace, kind: str, model: mujoco.MjModel, rows: np.ndarray,
+             summary: dict[str, Any]) -> dict[str, Any]:
+  """Saves a receding-horizon run's states (the applied controls are in their ctrl) at args.out,
+  prints the summary as the last line and returns it."""
+  save_result(args.out, kind, {"states": rows}, summary, model_fingerprint(model))
+  print(f"saved to {args.out}")
+  print_summary(summary)
+  return summary
+
+
+def play_run(args: argparse.Namespace, kind: str, model: mujoco.MjModel, sim: Any, start: Any,
+             nstep: int, series: dict[str, Callable[[np.ndarray], np.ndarray]],
+             **render_args: Any) -> dict[str, Any]:
+  """Replays a run saved by save_run from start: the gap to the saved states, a plot of each
+  series (a function of state rows) and of the controls, a GIF; returns its summary."""
+  saved, summary = load_result(args.out, kind, model_fingerprint(model), ("states",))
+  layout = sim.layout
+  rows = replay(sim.params(1), start, saved["states"][1:, layout.ctrl], nstep)
+  print(f"replay differs from the saved run by {np.abs(rows - saved['states']).max():.1e}")
+  t = nstep * model.opt.timestep * np.arange(len(rows))
+  panels = {name: {name: f(rows)} for name, f in series.items()}
+  panels["controls"] = {f"ctrl {i}": rows[1:, layout.ctrl][:, i] for i in range(model.nu)}
+  plot_series(args.out.with_suffix(".png"), t, panels)
+  print(render(model, rows, args.out.with_suffix(".gif"), 1 / (nstep * model.opt.timestep),
+               **render_args))
+  print_summary(summary)
+  return summary
+
+
+def plot_series(path: Path, t: np.ndarray, panels: dict[str, dict[str, np.ndarray]],
+                title: str = "", xlabel: str = "time (s)") -> None:
+  """One panel per ylabel, each with its labelled lines over t; skipped without matplotlib."""
+  plt = pyplot()
+  if plt is None:
+    return
+  fig, axes = plt.subplots(len(panels), 1, figsize=(8, 2.6 * len(panels)), sharex=True,
+                           squeeze=False)
+  for ax, (ylabel, lines) in zip(axes[:, 0], panels.items(), strict=True):
+    for label, y in lines.items():
+      ax.plot(t[: len(y)], y, label=label)
+    ax.set_ylabel(ylabel)
+    if len(lines) > 1:
+      ax.legend(fontsize=8)
+  axes[-1, 0].set_xlabel(xlabel)
+  if title:
+    fig.suptitle(title)
+  save_figure(fig, path)
 
 
 # -- plots and videos ----------------------------------------------------------------------------
@@ -315,7 +419,10 @@ def render(model: mujoco.MjModel, rows: np.ndarray, path: Path, fps: float, *,
       import imageio.v3 as iio  # pyright: ignore[reportMissingImports]
     except ImportError as e:
       return f"video: skipped ({len(frames)} frames rendered, no MP4 writer: {_first_line(e)})"
-    iio.imwrite(path, np.stack(frames), fps=fps)
+    try:
+      iio.imwrite(path, np.stack(frames), fps=fps)
+    except (OSError, ValueError) as e:  # imageio without an MP4 backend (imageio[ffmpeg])
+      return f"video: skipped ({len(frames)} frames rendered, no MP4 writer: {_first_line(e)})"
   else:
     from PIL import Image
 

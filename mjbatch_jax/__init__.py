@@ -22,6 +22,7 @@ if TYPE_CHECKING:
   from mjbatch_jax import control, distributed, envs, launch, rotations
   from mjbatch_jax.derivatives import param_fd, transition_fd
   from mjbatch_jax.functions import NWARNING, forward, rollout, simulation_errors, step
+  from mjbatch_jax.gradcheck import check_grads
   from mjbatch_jax.params import Params
   from mjbatch_jax.randomize import randomize, tree_replace
   from mjbatch_jax.simulator import Simulator
@@ -34,6 +35,7 @@ _LAZY = {
   "randomize": "mjbatch_jax.randomize",
   "tree_replace": "mjbatch_jax.randomize",
   "Simulator": "mjbatch_jax.simulator",
+  "check_grads": "mjbatch_jax.gradcheck",
   "forward": "mjbatch_jax.functions",
   "param_fd": "mjbatch_jax.derivatives",
   "rollout": "mjbatch_jax.functions",
@@ -75,6 +77,7 @@ __all__ = [
   "Simulator",
   "Site",
   "StateLayout",
+  "check_grads",
   "control",
   "distributed",
   "envs",

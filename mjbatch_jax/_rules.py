@@ -30,6 +30,11 @@ from mjbatch_jax.params import SimSpec
 DEFAULT_EPS = 1e-6
 FLOAT32_ROWS_EPS = 1e-3
 
+# Whether the engine differences only copies that stay in their nominal row's regime (see
+# cpp/finite_difference.h). Read when a rule is traced; off only to measure plain differences
+# beside the default (benchmarks/derivative_accuracy.py), in functions traced after setting it.
+REGIME_CHECKED = True
+
 
 def forward_eps(dtype: Any, eps: float | None) -> float:
   if eps is not None:
@@ -92,9 +97,18 @@ def _tangent_in(
   return jnp.concatenate(parts, axis=-1)
 
 
+def centred_columns(spec: SimSpec, columns: np.ndarray, centered: bool | None) -> list[bool]:
+  """Which columns to difference centred: all (True), none (False), or by default (None) the
+  positions, where contacts curve the dynamics most (measured in docs/derivatives.md)."""
+  if centered is not None:
+    return [bool(centered)] * len(columns)
+  qpos = spec.model_info.layout.qpos
+  return [bool(qpos.start <= c < qpos.stop) for c in columns.tolist()]
+
+
 def fd_rows(
   state: jax.Array, ctrl: jax.Array, flat: jax.Array, spec: SimSpec, nstep: int,
-  wrt: tuple[bool, bool, bool], eps: float, centered: bool,
+  wrt: tuple[bool, bool, bool], eps: float, centered: bool | None,
 ) -> tuple[jax.Array, jax.Array, jax.Array, jax.Array]:
   """Nominal results and Jacobians of one step of (M, ...) inputs w.r.t. the columns of wrt.
 
@@ -102,8 +116,10 @@ def fd_rows(
   (M, ns), and d next / d columns (M, k, nstate), d sensordata / d columns (M, k, ns).
   """
   columns = _columns(spec, wrt, flat.shape[-1])
-  return _ffi.finite_difference.call(state, ctrl, flat, spec, nstep, columns.tolist(), eps,
-                                     centered)
+  return _ffi.finite_difference.call(
+    state, ctrl, flat, spec, nstep, columns.tolist(), eps, centred_columns(spec, columns, centered),
+    regime_checked=REGIME_CHECKED,
+  )
 
 
 # ---------------------------------------------------------------------------------------------
@@ -113,14 +129,14 @@ def fd_rows(
 @functools.partial(jax.custom_jvp, nondiff_argnums=(3, 4, 5, 6))
 def step(
   state: jax.Array, ctrl: jax.Array, flat: jax.Array, spec: SimSpec, nstep: int, eps: float,
-  centered: bool,
+  centered: bool | None,
 ) -> Any:
   """The differentiable step on checked inputs (see mjbatch_jax.step)."""
   return _ffi.step.call(state, ctrl, flat, spec, nstep)[0]
 
 
 def _step_jvp(
-  spec: SimSpec, nstep: int, eps: float, centered: bool, primals: tuple, tangents: tuple
+  spec: SimSpec, nstep: int, eps: float, centered: bool | None, primals: tuple, tangents: tuple
 ) -> tuple:
   state, ctrl, flat = primals
   _first_order_only(*primals)
@@ -150,7 +166,7 @@ step.defjvp(_step_jvp, symbolic_zeros=True)
 @functools.partial(jax.custom_jvp, nondiff_argnums=(3, 4, 5, 6))
 def rollout(
   state: jax.Array, ctrls: jax.Array, flat: jax.Array, spec: SimSpec, nstep: int, eps: float,
-  centered: bool,
+  centered: bool | None,
 ) -> Any:
   """The differentiable rollout on checked inputs (see mjbatch_jax.rollout)."""
   states, sensordata, _ = _ffi.rollout.call(state, ctrls, flat, spec, nstep)
@@ -158,7 +174,7 @@ def rollout(
 
 
 def _rollout_jvp(
-  spec: SimSpec, nstep: int, eps: float, centered: bool, primals: tuple, tangents: tuple
+  spec: SimSpec, nstep: int, eps: float, centered: bool | None, primals: tuple, tangents: tuple
 ) -> tuple:
   state, ctrls, flat = primals
   _first_order_only(*primals)
@@ -279,7 +295,7 @@ forward.defjvp(_forward_jvp, symbolic_zeros=True)
 @functools.partial(jax.custom_jvp, nondiff_argnums=(3, 4, 5, 6, 7, 8))
 def step_observed(
   state: jax.Array, ctrl: jax.Array, flat: jax.Array, spec: SimSpec, nstep: int,
-  eps: float | None, centered: bool, names: tuple[str, ...], sizes: tuple[int, ...],
+  eps: float | None, centered: bool | None, names: tuple[str, ...], sizes: tuple[int, ...],
 ) -> Any:
   """(new state, observations at it) on checked inputs (see mjbatch_jax.step)."""
   states, _, _, *observed = _ffi.rollout.call(
@@ -289,7 +305,7 @@ def step_observed(
 
 
 def _step_observed_jvp(
-  spec: SimSpec, nstep: int, eps: float | None, centered: bool, names: tuple[str, ...],
+  spec: SimSpec, nstep: int, eps: float | None, centered: bool | None, names: tuple[str, ...],
   sizes: tuple[int, ...], primals: tuple, tangents: tuple,
 ) -> tuple:
   new, t_new = _step_jvp(spec, nstep, eps or DEFAULT_EPS, centered, primals, tangents)
@@ -304,7 +320,7 @@ step_observed.defjvp(_step_observed_jvp, symbolic_zeros=True)
 @functools.partial(jax.custom_jvp, nondiff_argnums=(3, 4, 5, 6, 7, 8))
 def rollout_observed(
   state: jax.Array, ctrls: jax.Array, flat: jax.Array, spec: SimSpec, nstep: int,
-  eps: float | None, centered: bool, names: tuple[str, ...], sizes: tuple[int, ...],
+  eps: float | None, centered: bool | None, names: tuple[str, ...], sizes: tuple[int, ...],
 ) -> Any:
   """(states, sensordata, observations after each knot) on checked inputs."""
   states, sensordata, _, *observed = _ffi.rollout.call(
@@ -314,7 +330,7 @@ def rollout_observed(
 
 
 def _rollout_observed_jvp(
-  spec: SimSpec, nstep: int, eps: float | None, centered: bool, names: tuple[str, ...],
+  spec: SimSpec, nstep: int, eps: float | None, centered: bool | None, names: tuple[str, ...],
   sizes: tuple[int, ...], primals: tuple, tangents: tuple,
 ) -> tuple:
   (states, sensordata), (t_states, t_sensordata) = _rollout_jvp(

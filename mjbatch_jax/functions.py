@@ -25,8 +25,9 @@ _WARNINGS_NOT_DIFFERENTIABLE = (
 )
 
 
-def _derivative_options(eps: Any, centered: Any) -> tuple[float | None, bool]:
-  return (None if eps is None else _checks.check_eps(eps)), _checks.check_bool("centered", centered)
+def _derivative_options(eps: Any, centered: Any) -> tuple[float | None, bool | None]:
+  h = None if eps is None else _checks.check_eps(eps)
+  return h, None if centered is None else _checks.check_bool("centered", centered)
 
 
 def step(
@@ -36,7 +37,7 @@ def step(
   nstep: int = 1,
   return_warnings: bool = False,
   eps: float | None = None,
-  centered: bool = False,
+  centered: bool | None = None,
   observe: Sequence[str] = (),
   observe_at: str = "new",
 ) -> Any:
@@ -112,7 +113,7 @@ def rollout(
   nstep: int = 1,
   return_warnings: bool = False,
   eps: float | None = None,
-  centered: bool = False,
+  centered: bool | None = None,
   observe: Sequence[str] = (),
   observe_at: str = "new",
 ) -> Any:

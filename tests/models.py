@@ -150,6 +150,113 @@ SMOOTH_CARTPOLE = """
 """
 
 
+# A planar two-legged runner with the body plan and numbers of dm_control's cheetah (a 1 m torso,
+# three-link legs with stiff, damped, limited hinges, geared motors, 14 kg in all, 10 ms steps):
+# feet that touch down carry the whole load at tiny depths, the case of the derivative tests.
+CHEETAH_XML = """
+<mujoco model="planar runner">
+  <option timestep="0.01"/>
+  <default>
+    <geom density="660.885"/>  <!-- 14 kg in all -->
+    <default class="leg">
+      <joint type="hinge" axis="0 1 0" limited="true" armature=".1" damping=".01" stiffness="8"/>
+      <geom type="capsule" size=".046" condim="3" friction=".4 .1 .1"/>
+    </default>
+    <motor ctrllimited="true" ctrlrange="-1 1"/>
+  </default>
+  <worldbody>
+    <geom name="ground" type="plane" size="100 .8 .5" pos="98 0 0"/>
+    <body name="torso" pos="0 0 .7" childclass="leg">
+      <joint name="rootx" type="slide" axis="1 0 0" limited="false" armature="0" damping="0"
+             stiffness="0"/>
+      <joint name="rootz" type="slide" axis="0 0 1" limited="false" armature="0" damping="0"
+             stiffness="0"/>
+      <joint name="rooty" type="hinge" axis="0 1 0" limited="false" armature="0" damping="0"
+             stiffness="0"/>
+      <geom name="torso" fromto="-.5 0 0 .5 0 0"/>
+      <geom name="head" pos=".6 0 .1" euler="0 50 0" size=".046 .15"/>
+      <body name="bthigh" pos="-.5 0 0">
+        <joint name="bthigh" range="-30 60" stiffness="240" damping="6"/>
+        <geom name="bthigh" pos=".1 0 -.13" euler="0 -218 0" size=".046 .145"/>
+        <body name="bshin" pos=".16 0 -.25">
+          <joint name="bshin" range="-50 50" stiffness="180" damping="4.5"/>
+          <geom name="bshin" pos="-.14 0 -.07" euler="0 -116 0" size=".046 .15"/>
+          <body name="bfoot" pos="-.28 0 -.14">
+            <joint name="bfoot" range="-230 50" stiffness="120" damping="3"/>
+            <geom name="bfoot" pos=".03 0 -.097" euler="0 -15 0" size=".046 .094"/>
+          </body>
+        </body>
+      </body>
+      <body name="fthigh" pos=".5 0 0">
+        <joint name="fthigh" range="-57 .4" stiffness="180" damping="4.5"/>
+        <geom name="fthigh" pos="-.07 0 -.12" euler="0 30 0" size=".046 .133"/>
+        <body name="fshin" pos="-.14 0 -.24">
+          <joint name="fshin" range="-70 50" stiffness="120" damping="3"/>
+          <geom name="fshin" pos=".065 0 -.09" euler="0 -34 0" size=".046 .106"/>
+          <body name="ffoot" pos=".13 0 -.18">
+            <joint name="ffoot" range="-28 28" stiffness="60" damping="1.5"/>
+            <geom name="ffoot" pos=".045 0 -.07" euler="0 -34 0" size=".046 .07"/>
+          </body>
+        </body>
+      </body>
+    </body>
+  </worldbody>
+  <actuator>
+    <motor name="bthigh" joint="bthigh" gear="120"/>
+    <motor name="bshin" joint="bshin" gear="90"/>
+    <motor name="bfoot" joint="bfoot" gear="60"/>
+    <motor name="fthigh" joint="fthigh" gear="90"/>
+    <motor name="fshin" joint="fshin" gear="60"/>
+    <motor name="ffoot" joint="ffoot" gear="30"/>
+  </actuator>
+  <sensor><subtreelinvel name="torso_velocity" body="torso"/></sensor>
+</mujoco>
+"""
+
+# A manipulation scene: a two-finger planar gripper on a slide-and-lift base that grasps a
+# free box resting on a table: contacts between the fingers and the box (pinching with
+# friction), the box and the table, and the fingers' joint limits.
+GRIPPER_XML = """
+<mujoco model="gripper and box">
+  <option timestep="0.004" cone="elliptic" impratio="10"/>
+  <default>
+    <geom condim="4" friction="1 .02 .002"/>
+    <joint damping="2" armature=".01"/>
+  </default>
+  <worldbody>
+    <geom name="table" type="box" size=".4 .4 .02" pos="0 0 -.02"/>
+    <body name="base" pos="0 0 .25">
+      <joint name="x" type="slide" axis="1 0 0" range="-.3 .3" limited="true"/>
+      <joint name="z" type="slide" axis="0 0 1" range="-.2 .2" limited="true"/>
+      <geom name="palm" type="box" size=".06 .02 .01" mass=".5"/>
+      <body name="left" pos="-.05 0 -.02">
+        <joint name="left" type="slide" axis="1 0 0" range="-.01 .04" limited="true"/>
+        <geom name="left" type="box" size=".008 .02 .06" pos="0 0 -.06" mass=".1"/>
+        <site name="left_pad" type="box" size=".01 .022 .062" pos="0 0 -.06"/>
+      </body>
+      <body name="right" pos=".05 0 -.02">
+        <joint name="right" type="slide" axis="-1 0 0" range="-.01 .04" limited="true"/>
+        <geom name="right" type="box" size=".008 .02 .06" pos="0 0 -.06" mass=".1"/>
+      </body>
+    </body>
+    <body name="box" pos="0 0 .03">
+      <freejoint name="box"/>
+      <geom name="box" type="box" size=".025 .025 .03" mass=".2"/>
+    </body>
+  </worldbody>
+  <actuator>
+    <position name="x" joint="x" kp="200" ctrlrange="-.3 .3"/>
+    <position name="z" joint="z" kp="400" ctrlrange="-.2 .2"/>
+    <position name="left" joint="left" kp="300" ctrlrange="-.01 .04"/>
+    <position name="right" joint="right" kp="300" ctrlrange="-.01 .04"/>
+  </actuator>
+  <sensor>
+    <framepos objtype="body" objname="box"/>
+    <touch site="left_pad"/>
+  </sensor>
+</mujoco>
+"""
+
 def load(model: str | Path) -> mujoco.MjModel:
   """An inline model's XML or a model file; a robot model that is absent skips the test."""
   if isinstance(model, Path):

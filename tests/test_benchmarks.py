@@ -382,3 +382,26 @@ def test_scaling_rejects_slow_peer_configs_outside_the_grid(tmp_path: Path) -> N
   )
   assert proc.returncode != 0
   assert "--slow-peer-configs must be among" in proc.stderr
+
+
+def test_control_benchmark_reports_both_planners(tmp_path: Path) -> None:
+  model = tmp_path / "arm.xml"
+  model.write_text(
+    '<mujoco><worldbody><body><joint name="a" axis="0 1 0"/><geom type="capsule" size=".05"'
+    ' fromto="0 0 0 0 0 -.5" mass="1"/><body pos="0 0 -.5"><joint name="b" axis="0 1 0"/>'
+    '<geom type="capsule" size=".05" fromto="0 0 0 0 0 -.5" mass="1"/></body></body>'
+    '</worldbody><actuator><motor joint="a" ctrlrange="-1 1"/><motor joint="b" ctrlrange="-1 1"/>'
+    '</actuator></mujoco>'
+  )
+  _run("control.py", "--model", str(model), "--knots", "3", "--samples", "16", "--threads", "1",
+       "--repeats", "1", "--out", str(tmp_path), "--no-plot")
+  data = _only_json(tmp_path, "control-*.json")
+  assert set(data["ilqr"]["seconds"]) == {"iteration", "nominal rollout", "transition_fd",
+                                          "forward", "line-search steps", "python loop",
+                                          "iteration, substeps"}
+  assert set(data["sampling"]["seconds"]) == {"control step", "rollout calls",
+                                              "python + mujoco.rollout"}
+  for part in ("ilqr", "sampling"):
+    assert 0 < data[part]["custom_call_share"] <= 1.5
+    assert all(v["cpu"] >= 0 and v["wall"] > 0 for v in data[part]["seconds"].values())
+  assert data["ilqr"]["knots"] == 3 and data["sampling"]["samples"] == 16

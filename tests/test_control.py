@@ -216,3 +216,206 @@ def test_ilqr_refuses_a_cost_that_is_not_finite_on_the_initial_plan(point):
     t == 3, jnp.nan, 1.0))
   with pytest.raises(ValueError, match=r"not finite.*term 0 at knot 3"):
     control.ilqr(nan, point.params(1), point_start(point), jnp.zeros((horizon, 2)))
+
+
+# -- plans as knots ------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("kind", control.splines.INTERPOLATIONS)
+def test_splines_with_a_knot_per_control_are_the_identity(kind):
+  np.testing.assert_allclose(control.splines.matrix(7, 7, kind), np.eye(7), atol=1e-15)
+  np.testing.assert_allclose(control.splines.shift_matrix(7, 7, kind, 0), np.eye(7), atol=1e-15)
+
+
+def test_splines_interpolate_and_shift():
+  horizon, knots = 25, 6
+  ramp = np.arange(knots, dtype=float)
+  linear = control.splines.matrix(knots, horizon, "linear")
+  cubic = control.splines.matrix(knots, horizon, "cubic")
+  # Both reproduce a straight line through their knots (cubic: its slopes are exact for it).
+  line = np.linspace(0, knots - 1, horizon)
+  np.testing.assert_allclose(linear @ ramp, line, atol=1e-12)
+  np.testing.assert_allclose(cubic @ ramp, line, atol=1e-12)
+  np.testing.assert_allclose(linear.sum(axis=1), 1.0)
+  zero = control.splines.matrix(5, 25, "zero")
+  np.testing.assert_array_equal(zero @ np.arange(5.0), np.repeat(np.arange(5.0), 5))
+  # Shifting by a whole knot interval moves the knots one place, holding the last.
+  step = 24 / 5
+  np.testing.assert_allclose(control.splines.shift_matrix(knots, horizon, "linear", step) @ ramp,
+                             np.r_[ramp[1:], ramp[-1]], atol=1e-12)
+
+
+# -- sampling planners ---------------------------------------------------------------------------
+
+
+def test_sampling_planners_reduce_a_convex_cost_monotonically_in_expectation(point):
+  horizon = 20
+  cost = quadratic_cost(point, horizon)
+  start = point_start(point)
+  for method, extra in (("predictive", {}), ("mppi", {"temperature": 0.05}),
+                        ("cem", {"num_elites": 8})):
+    settings = control.SamplingSettings(method, num_samples=64, num_knots=5, noise=0.3)
+    settings = settings._replace(**extra)
+    planner = control.sampling(cost, point.params(1), horizon=horizon, settings=settings,
+                               bounds=(-2.0, 2.0))
+    seeds, rounds = 8, 6
+    nominal = np.zeros((seeds, rounds))
+    for seed in range(seeds):
+      plan = planner.init()
+      for i in range(rounds):
+        plan, info = planner.update(plan, start, jax.random.PRNGKey(100 * seed + i))
+        nominal[seed, i] = float(info.nominal_cost)  # the cost of the plan it started from
+    mean = nominal.mean(axis=0)
+    assert np.all(np.diff(mean) < 0), (method, mean)
+    if method == "predictive":  # the plan is a candidate: never worse, in every run
+      assert np.all(np.diff(nominal, axis=1) <= 0)
+
+
+def test_a_diverging_candidate_never_aborts_a_planning_step(point):
+  horizon = 10
+  cost = quadratic_cost(point, horizon)
+  # Unlimited controls and a spread of 1e11 N: every candidate but the plan itself makes qacc
+  # exceed MuJoCo's limit, and MuJoCo resets that simulation.
+  settings = control.SamplingSettings("predictive", num_samples=16, num_knots=10, noise=1e11)
+  planner = control.sampling(cost, point.params(1), horizon=horizon, settings=settings)
+  plan, info = planner.update(planner.init(), point_start(point), jax.random.PRNGKey(0))
+  assert int(info.failed) == 15
+  assert np.isfinite(float(info.cost)) and float(info.cost) == float(info.nominal_cost)
+  np.testing.assert_array_equal(np.asarray(plan.knots), 0.0)  # the plan stands
+  for method in ("mppi", "cem"):
+    other = control.sampling(cost, point.params(1), horizon=horizon,
+                             settings=settings._replace(method=method, num_elites=2))
+    plan, info = other.update(other.init(), point_start(point), jax.random.PRNGKey(0))
+    assert int(info.failed) == 15 and np.all(np.isfinite(np.asarray(plan.knots)))
+
+
+def test_receding_horizon_is_the_planner_then_the_first_control(point):
+  horizon = 10
+  cost = quadratic_cost(point, horizon)
+  settings = control.SamplingSettings("cem", num_samples=32, num_knots=4, noise=0.5,
+                                      num_elites=4)
+  planner = control.sampling(cost, point.params(1), horizon=horizon, settings=settings)
+  step = control.receding_horizon(planner, point.params(1), apply=2)
+  start, plan, key = point_start(point), planner.init(), jax.random.PRNGKey(3)
+  state, new_plan, info = step(start, plan, key)
+  planned, _ = planner.update(plan, start, jax.random.split(key)[0])
+  ctrls = planner.controls(planned)[:2]
+  states, _ = mjbatch_jax.rollout(start[None], ctrls[None], point.params(1))
+  np.testing.assert_array_equal(np.asarray(state), np.asarray(states[0, -1]))
+  np.testing.assert_array_equal(np.asarray(new_plan.knots),
+                                np.asarray(planner.shift(planned, 2).knots))
+  # iLQR as the planner drives the mass to the origin; per-candidate params for sampling.
+  ilqr_step = control.receding_horizon(control.ilqr_planner(cost, point.params(1),
+                                                            horizon=horizon), point.params(1))
+  state, plan = start, control.ilqr_planner(cost, point.params(1), horizon=horizon).init()
+  distances = []
+  for k in range(60):
+    state, plan, result = ilqr_step(state, plan, jax.random.PRNGKey(k))
+    distances.append(float(np.linalg.norm(np.asarray(state[point.layout.qpos]))))
+  assert distances[-1] < 0.1 * distances[0], distances
+  masses = point.params(32, ("body_mass",))
+  randomized = control.receding_horizon(
+    control.sampling(cost, masses, horizon=horizon, settings=settings), point.params(1),
+    randomize=lambda k: mjbatch_jax.randomize(k, masses, scale={"body_mass": (0.5, 2.0)}))
+  state, _, info = randomized(start, planner.init(), key)
+  assert np.isfinite(float(info.cost))
+
+
+def test_sampling_refuses_bad_input_before_any_custom_call(point, no_custom_calls):
+  cost, params = quadratic_cost(point, 10), point.params(1)
+
+  def refused(pattern, horizon=10, **change):
+    settings = control.SamplingSettings(num_samples=8, num_knots=4)._replace(
+      **{k: v for k, v in change.items() if k in control.SamplingSettings._fields})
+    rest = {k: v for k, v in change.items() if k not in control.SamplingSettings._fields}
+    with pytest.raises(ValueError, match=pattern):
+      control.sampling(rest.pop("cost", cost), rest.pop("params", params), horizon=horizon,
+                       settings=settings, **rest)
+
+  refused(r"num_knots \(11\) must be at most the horizon \(10", num_knots=11)
+  refused(r"horizon must be an int >= 1, got 0", horizon=0, num_knots=1)
+  refused(r"lower > upper", bounds=(1.0, -1.0))
+  refused(r"interpolation must be one of", interpolation="quadratic")
+  refused(r"method must be one of", method="random")
+  refused(r"num_elites must be in \[1, num_samples=8\]", method="cem", num_elites=9)
+  refused(r"noise must be a number >= 0 or num_knots=4", noise=(0.1, 0.2))
+  refused(r"must return one vector", cost=cost._replace(residual=lambda x, u, o, t: u))
+  refused(r"params\['body_mass'\] must have shape \(1, 2\) or \(8, 2\)",
+          params=point.params(3, ("body_mass",)))
+  planner = control.sampling(cost, params, horizon=10,
+                             settings=control.SamplingSettings(num_samples=8, num_knots=4))
+  with pytest.raises(ValueError, match=r"start must be one state row"):
+    planner.update(planner.init(), jnp.zeros(2), jax.random.PRNGKey(0))
+  with pytest.raises(ValueError, match=r"horizon's 10 controls"):
+    planner.init(jnp.zeros((9, 2)))
+  with pytest.raises(ValueError, match=r"apply \(11\) must be at most"):
+    control.receding_horizon(planner, params, apply=11)
+
+
+def test_cem_and_mppi_updates_on_vectors():
+  samples = jnp.array([[0.0, 0.0], [1.0, 2.0], [3.0, 4.0], [10.0, 10.0]])
+  costs = jnp.array([3.0, 1.0, 2.0, jnp.inf])
+  mean, std = control.cem_update(jnp.zeros(2), jnp.ones(2), samples, costs, num_elites=2)
+  np.testing.assert_allclose(mean, [2.0, 3.0])
+  np.testing.assert_allclose(std, [1.0, 1.0])
+  mean, _ = control.cem_update(jnp.zeros(2), jnp.ones(2), samples, costs, 2, smoothing=0.5,
+                               std_min=2.0)
+  np.testing.assert_allclose(mean, [1.0, 1.5])
+  weights = np.exp(-(np.array([3.0, 1.0, 2.0]) - 1.0) / 0.5)
+  np.testing.assert_allclose(control.mppi_update(samples, costs, 0.5),
+                             weights @ np.asarray(samples[:3]) / weights.sum())
+  np.testing.assert_array_equal(control.mppi_update(samples, jnp.full(4, jnp.inf), 1.0),
+                                samples[0])
+  draws = control.gaussian_samples(jax.random.PRNGKey(0), jnp.array([0.5, -0.5]),
+                                   jnp.array(10.0), 100, -1.0, 1.0)
+  assert draws.shape == (100, 2) and float(jnp.abs(draws).max()) <= 1.0
+  np.testing.assert_array_equal(draws[0], [0.5, -0.5])
+
+
+def test_a_diverging_line_search_row_never_aborts_an_ilqr_iteration(point):
+  horizon = 5
+  layout = point.layout
+  # A target 1e9 m away with almost free controls: the full step asks for accelerations beyond
+  # MuJoCo's 1e10 limit, which resets those rows (a warning): only shorter steps count.
+  far = jnp.array([1e9, 0.0])
+
+  def residual(x, u, obs, t):
+    return jnp.concatenate([x[layout.qpos] - far, 1e-6 * u])
+
+  cost = control.Cost(residual, (control.Term(2), control.Term(2)))
+  result = control.ilqr(cost, point.params(1), point_start(point), jnp.zeros((horizon, 2)),
+                        iterations=1, settings=control.ILQRSettings(mu_init=0.0, mu_min=0.0))
+  costs = np.asarray(result.costs)
+  assert float(np.abs(np.asarray(result.feedforward)).max()) > 1e11  # a full step diverges
+  assert np.isfinite(costs[1]) and costs[1] < costs[0]  # a shorter step was accepted
+  assert float(np.abs(np.asarray(result.ctrls)).max()) < 1e10  # not the diverging full step
+  states, _, warnings = mjbatch_jax.rollout(point_start(point)[None], result.ctrls[None],
+                                            point.params(1), return_warnings=True)
+  assert int(warnings.sum()) == 0
+
+
+def test_sampling_with_observations_and_per_candidate_params(point):
+  horizon, samples = 8, 16
+  target = jnp.array([0.5, -0.2, 0.0])
+
+  def residual(x, u, obs, t):
+    return jnp.concatenate([obs["xpos"][1] - target, 0.1 * u])
+
+  cost = control.Cost(residual, (control.Term(3, 10.0), control.Term(2)), observe=("xpos",))
+  masses = mjbatch_jax.randomize(jax.random.PRNGKey(0), point.params(samples, ("body_mass",)),
+                                 scale={"body_mass": (0.5, 2.0)})
+  settings = control.SamplingSettings("predictive", samples, 4, noise=0.5)
+  planner = control.sampling(cost, masses, horizon=horizon, settings=settings)
+  plan, info = planner.update(planner.init(), point_start(point), jax.random.PRNGKey(1))
+  # The plan's own cost, by hand: candidate 0 with the first candidate's params.
+  ctrls = planner.controls(planner.init())
+  first = masses.replace({"body_mass": masses["body_mass"][:1]})
+  states, _, obs = mjbatch_jax.rollout(point_start(point)[None], ctrls[None], first,
+                                       observe=("xpos",))
+  xpos = np.concatenate([np.asarray(mjbatch_jax.forward(point_start(point)[None], first,
+                                                        ("xpos",))["xpos"]), obs["xpos"][0]])
+  held = np.concatenate([ctrls, ctrls[-1:]])
+  r = np.concatenate([xpos[:, 1] - np.asarray(target), 0.1 * held], axis=1)
+  expected = 10.0 * 0.5 * np.sum(r[:, :3] ** 2) + 0.5 * np.sum(r[:, 3:] ** 2)
+  assert float(info.nominal_cost) == pytest.approx(expected, rel=1e-12)
+  assert float(info.cost) <= float(info.nominal_cost)

@@ -48,7 +48,7 @@ def test_transition_fd_matches_mjd_transition_fd(which, centered, method):
     )
     after = ext.handler_calls()
   # All columns of all simulations in one custom call.
-  name = "mjbatch_jax_rollout" if method == "rows" else "mjbatch_jax_transition_fd"
+  name = "mjbatch_jax_finite_difference" if method == "rows" else "mjbatch_jax_transition_fd"
   assert after[name] - before[name] == 1
   nx, nu, ns = 2 * model.nv + model.na, model.nu, model.nsensordata
   for i in range(N):
@@ -84,14 +84,15 @@ def test_transition_fd_respects_control_limits(method):
         assert np.abs(want).max() > 0
 
 
-def test_auto_method_takes_native_where_it_can():
+def test_rows_are_the_default_and_native_takes_one_substep():
   model = models.load(CARTPOLE)
   with mjbatch_jax.Simulator(model) as sim:
     state, ctrl, params = sim.init_state(N), jnp.zeros((N, model.nu)), sim.params(N)
-    for nstep, name in ((1, "mjbatch_jax_transition_fd"), (2, "mjbatch_jax_rollout")):
-      before = ext.handler_calls()[name]
-      jax.block_until_ready(mjbatch_jax.transition_fd(state, ctrl, params, nstep=nstep))
-      assert ext.handler_calls()[name] - before == 1
+    for nstep, method in ((1, "rows"), (2, "rows"), (1, "auto")):
+      before = ext.handler_calls()["mjbatch_jax_finite_difference"]
+      jax.block_until_ready(mjbatch_jax.transition_fd(state, ctrl, params, nstep=nstep,
+                                                      method=method))
+      assert ext.handler_calls()["mjbatch_jax_finite_difference"] - before == 1
     with pytest.raises(ValueError, match="native"):
       mjbatch_jax.transition_fd(state, ctrl, params, nstep=2, method="native")
 

@@ -131,7 +131,7 @@ CASES = [
   ("finite_difference column out of range", textwrap.dedent("""
     with mjbatch_jax.simulation_errors():
       _ffi.finite_difference.call(state, ctrl, jnp.asarray(params['body_mass']), params.spec,
-                                  1, [10**6], 1e-6, False)
+                                  1, [10**6], 1e-6, [False])
     """), ("raises", "ValueError", "column")),
   ("transition_fd output lie", textwrap.dedent("""
     spec = dataclasses.replace(params.spec, nsensordata=params.spec.nsensordata + 3)

@@ -3,21 +3,49 @@
   from mjbatch_jax import control
   cost = control.Cost(residual, terms=(control.Term(3, 100.0, "huber", 0.05), ...))
   result = control.ilqr(cost, sim.params(1), start, ctrls, nstep=4)
+  planner = control.sampling(cost, sim.params(1), horizon=25, nstep=4)
+  step = control.receding_horizon(planner, sim.params(1))   # one jitted control step
 
 See docs/control.md.
 """
 
+from mjbatch_jax.control import splines
 from mjbatch_jax.control.cost import NORMS, Cost, Term, norm
 from mjbatch_jax.control.ilqr import ILQRResult, ILQRSettings, box_qp, ilqr, shift
+from mjbatch_jax.control.mpc import ILQRPlan, ilqr_planner, receding_horizon
+from mjbatch_jax.control.sampling import (
+  METHODS,
+  Planner,
+  SamplingInfo,
+  SamplingPlan,
+  SamplingSettings,
+  cem_update,
+  gaussian_samples,
+  mppi_update,
+  sampling,
+)
 
 __all__ = [
+  "METHODS",
   "NORMS",
   "Cost",
+  "ILQRPlan",
   "ILQRResult",
   "ILQRSettings",
+  "Planner",
+  "SamplingInfo",
+  "SamplingPlan",
+  "SamplingSettings",
   "Term",
   "box_qp",
+  "cem_update",
+  "gaussian_samples",
   "ilqr",
+  "ilqr_planner",
+  "mppi_update",
   "norm",
+  "receding_horizon",
+  "sampling",
   "shift",
+  "splines",
 ]

@@ -1,0 +1,81 @@
+"""Plans parameterised by knots: zero-order, linear and cubic interpolation as matrices.
+
+A plan of T controls (control t applied over knot interval [t, t + 1)) is given by P <= T knots.
+Every interpolation here is linear in the knots, so it is a (T, P) matrix W and the controls of
+any batch of plans are W @ knots: one matmul under jit, whatever the batch.
+
+- "zero": knot j holds for the controls t with floor(t P / T) = j (P equal blocks).
+- "linear": knot j sits at time j (T - 1) / (P - 1); linear between knots.
+- "cubic": the same knot times, cubic Hermite segments whose slopes are finite differences of
+  the neighbouring knots (one-sided at the ends), as MuJoCo MPC's TimeSpline.
+
+Beyond the last knot the last value holds (what a shifted plan sees at its end).
+"""
+
+import numpy as np
+
+INTERPOLATIONS = ("zero", "linear", "cubic")
+
+
+def knot_times(num_knots: int, horizon: int, kind: str) -> np.ndarray:
+  """(P,) the knots' times, in controls (t = 0 .. T - 1)."""
+  if kind == "zero":
+    return np.arange(num_knots) * horizon / num_knots
+  if num_knots == 1:
+    return np.zeros(1)
+  return np.arange(num_knots) * (horizon - 1) / (num_knots - 1)
+
+
+def matrix(num_knots: int, horizon: int, kind: str, times: np.ndarray | None = None
+           ) -> np.ndarray:
+  """(len(times), P) weights of the knots at times (default: the T controls 0 .. T - 1)."""
+  check(num_knots, horizon, kind)
+  tau = np.arange(horizon, dtype=np.float64) if times is None else np.asarray(times, np.float64)
+  out = np.zeros((len(tau), num_knots))
+  rows = np.arange(len(tau))
+  if kind == "zero" or num_knots == 1:
+    j = np.clip(np.floor(tau * num_knots / horizon + 1e-9).astype(int), 0, num_knots - 1)
+    out[rows, j] = 1.0
+    return out
+  s = knot_times(num_knots, horizon, kind)
+  step = s[1] - s[0]
+  tau = np.clip(tau, 0.0, s[-1])
+  left = np.clip(np.floor(tau / step + 1e-9).astype(int), 0, num_knots - 2)
+  u = np.clip((tau - s[left]) / step, 0.0, 1.0)
+  if kind == "linear":
+    out[rows, left] += 1 - u
+    out[rows, left + 1] += u
+    return out
+  # Cubic Hermite: p(u) = h00 p0 + h10 step m0 + h01 p1 + h11 step m1, with slopes m linear in
+  # the knots: slope[j] = D[j] @ knots.
+  slope = np.zeros((num_knots, num_knots))
+  slope[0, :2] = [-1.0, 1.0]
+  slope[-1, -2:] = [-1.0, 1.0]
+  for j in range(1, num_knots - 1):
+    slope[j, j - 1 : j + 2] = [-0.5, 0.0, 0.5]
+  slope /= step
+  h00, h10 = 2 * u**3 - 3 * u**2 + 1, (u**3 - 2 * u**2 + u) * step
+  h01, h11 = -2 * u**3 + 3 * u**2, (u**3 - u**2) * step
+  out[rows, left] += h00
+  out[rows, left + 1] += h01
+  out += h10[:, None] * slope[left] + h11[:, None] * slope[left + 1]
+  return out
+
+
+def shift_matrix(num_knots: int, horizon: int, kind: str, controls: float) -> np.ndarray:
+  """(P, P): the knots of the same plan started `controls` later (the last value held)."""
+  return matrix(num_knots, horizon, kind, knot_times(num_knots, horizon, kind) + controls)
+
+
+def check(num_knots: int, horizon: int, kind: str) -> None:
+  if kind not in INTERPOLATIONS:
+    raise ValueError(f"interpolation must be one of {INTERPOLATIONS}, got {kind!r}")
+  for name, value in (("horizon", horizon), ("num_knots", num_knots)):
+    if not isinstance(value, int | np.integer) or isinstance(value, bool) or value < 1:
+      raise ValueError(f"{name} must be an int >= 1, got {value!r}")
+  if num_knots > horizon:
+    raise ValueError(f"num_knots ({num_knots}) must be at most the horizon ({horizon} "
+                     "controls): a plan has no more knots than controls")
+
+
+__all__ = ["INTERPOLATIONS", "check", "knot_times", "matrix", "shift_matrix"]
