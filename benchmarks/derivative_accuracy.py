@@ -19,7 +19,8 @@ is smooth at the secant's scale; other points are counted, not judged):
   centered:     centred differences everywhere, regime-checked
   eps 1e-8:     plain forward differences at 1e-8, unchecked (the old workaround)
 
-and timed by CPU seconds of the jvp (all threads), relative to the old default. With --dtype
+and timed by CPU seconds of the jvp (all threads), relative to the first variant (the old
+default unless --variants says otherwise). With --dtype
 float32 the arrays are float32 (the secants stay float64). --adam N identifies the cheetah's 4
 masses and 6 dampings from 59 windows of 10 knots with optax's Adam, N iterations, from the new
 default and from the old one.
@@ -60,6 +61,8 @@ VARIANTS: dict[str, tuple[float, bool | None, bool]] = {
   "default": (1e-6, None, True),
   "centered": (1e-6, True, True),
   "eps 1e-8": (1e-8, False, False),
+  "forward 1e-8": (1e-8, False, True),
+  "default 1e-8": (1e-8, None, True),
 }
 SECANT_STEP = 1e-7
 SMOOTH = 1e-3
@@ -207,7 +210,7 @@ def measure(name: str, args: argparse.Namespace) -> dict[str, Any]:
     problem = Problem(task, windows, length, args.threads, dtype)
     secant_loss = jax.jit(lambda th, u, p=problem: p.loss(th, u))
     jvps = {}
-    for variant, (eps, centered, checked) in VARIANTS.items():
+    for variant, (eps, centered, checked) in args.variants.items():
       _rules.REGIME_CHECKED = checked  # read when the rule is traced, below
 
       def jvp(th, u, dth, du, eps=eps, centered=centered, p=problem):
@@ -217,8 +220,8 @@ def measure(name: str, args: argparse.Namespace) -> dict[str, Any]:
       jax.block_until_ready(jvps[variant](*problem.point(np.random.default_rng(99))))
     _rules.REGIME_CHECKED = True
     rng = np.random.default_rng(args.seed)
-    errors = {v: [] for v in VARIANTS}
-    cpu = {v: [] for v in VARIANTS}
+    errors = {v: [] for v in args.variants}
+    cpu = {v: [] for v in args.variants}
     smooth, switched, extra, columns = [], 0, 0, 0
     for _ in range(args.points):
       theta, ctrls, d_theta, d_ctrls = problem.point(rng)
@@ -248,8 +251,8 @@ def measure(name: str, args: argparse.Namespace) -> dict[str, Any]:
     row = {"windows": windows, "points": args.points, "smooth_points": int(mask.sum()),
            "default_switched_columns": switched, "default_columns": columns,
            "default_extra_rows": extra, "variants": {}}
-    base_cpu = float(np.median(cpu["old default"]))
-    for variant in VARIANTS:
+    base_cpu = float(np.median(next(iter(cpu.values()))))
+    for variant in args.variants:
       e = np.array(errors[variant])[mask]
       row["variants"][variant] = {
         "worst": float(e.max()) if e.size else float("nan"),
@@ -317,7 +320,7 @@ def plot(result: dict[str, Any], path: Path) -> None:
   fig, axes = plt.subplots(1, panels, figsize=(4.2 * panels, 3.6), squeeze=False)
   for ax, name in zip(axes[0], models, strict=False):
     lengths = list(result["accuracy"][name])
-    for variant in VARIANTS:
+    for variant in result["variants"]:
       worst = [result["accuracy"][name][L]["variants"][variant]["worst"] for L in lengths]
       ax.plot([int(L) for L in lengths], worst, "o-", label=variant)
     ax.axhline(0.01, color="k", lw=0.8, ls=":")
@@ -349,6 +352,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
   parser.add_argument("--dtype", choices=("float64", "float32"), default="float64")
   parser.add_argument("--threads", type=int, default=2)
   parser.add_argument("--seed", type=int, default=0)
+  parser.add_argument("--variants", default=",".join(VARIANTS),
+                      help="comma-separated, of the variants above (the first is the cost's unit)")
   parser.add_argument("--adam", type=int, default=0, help="Adam iterations (0: skip)")
   parser.add_argument("--out", type=Path, default=RESULTS)
   parser.add_argument("--no-plot", action="store_true")
@@ -358,8 +363,12 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
   if unknown:
     parser.error(f"unknown models {unknown}; known: {list(TASKS)}")
   args.lengths = [int(v) for v in args.lengths.split(",") if v]
+  chosen = [v for v in args.variants.split(",") if v]
+  if not chosen or any(v not in VARIANTS for v in chosen) or "default" not in chosen:
+    parser.error(f"--variants must name some of {list(VARIANTS)}, 'default' among them")
+  args.variants = {name: VARIANTS[name] for name in chosen}
   result: dict[str, Any] = {"dtype": args.dtype, "secant_step": SECANT_STEP,
-                            "variants": {k: list(v) for k, v in VARIANTS.items()},
+                            "variants": {k: list(v) for k, v in args.variants.items()},
                             "accuracy": {}, "machine": machine_info(sys.argv)}
   for name in models:
     result["accuracy"][name] = measure(name, args)

@@ -5,9 +5,9 @@ Rows (each a relative Frobenius error over all simulations, float32 vs float64 a
   jacfwd_step:          jax.jacfwd of mjbatch_jax.step w.r.t. the whole row and the controls,
                         default eps (the differences are float64 inside the engine)
   jacfwd_step_dqvel_dqpos: the d qvel' / d qpos block of that Jacobian (contacts live here)
-  transition_fd_A, _B:  mjbatch_jax.transition_fd defaults (method "auto": mjd_transitionFD in
-                        the engine, float64 inside)
-  transition_fd_rows_A, _B: method="rows", whose copies are float32 rows built in JAX (eps 1e-3)
+  transition_fd_A, _B:  mjbatch_jax.transition_fd defaults (method "rows": regime-checked copies
+                        in the engine, float64 inside)
+  transition_fd_native_A, _B: method="native" (mjd_transitionFD in the engine, float64 inside)
 
 The float64 reference is the same call on float64 arrays (x64 on) at the same, float32-rounded
 state, so the table shows only what the arrays' dtype costs.
@@ -110,7 +110,7 @@ def measure(name: str, n: int, substeps: int, seed: int) -> dict[str, float]:
     out["jacfwd_step_dqvel_dqpos"] = rel(js32[:, layout.qvel][:, :, layout.qpos],
                                          js64[:, layout.qvel][:, :, layout.qpos])
     p32 = sim.params(n)
-    for method, prefix in (("auto", "transition_fd"), ("rows", "transition_fd_rows")):
+    for method, prefix in (("rows", "transition_fd"), ("native", "transition_fd_native")):
       a32, b32 = mjbatch_jax.transition_fd(state32, ctrl32, p32, method=method)
       a64, b64 = mjbatch_jax.transition_fd(s64, c64, p32, method=method)
       out[f"{prefix}_A"] = rel(a32, a64)

@@ -1,6 +1,6 @@
 """Leak soak: memory, open files and threads over many calls, lifetimes and errors.
 
-  python benchmarks/soak.py [--calls 1000000] [--cycles 10000] [--errors 10000]
+  python benchmarks/soak.py [--calls 1000000] [--cycles 10000] [--errors 10000] [--models 1000]
 
 Runs these phases one after the other in this one process, on small models from inline XML:
   step_loop:          --calls calls of a jitted mjbatch_jax.step from a Python loop (a cart-pole,
@@ -8,6 +8,9 @@ Runs these phases one after the other in this one process, on small models from 
   step_scan:          the same number of steps as a jitted lax.scan, --scan-length steps a call;
   simulator_cycles:   --cycles times Simulator, init_state, params, one jitted step, close();
   batch_cycles:       --cycles times Batch(model, num_sims=N), step(), close();
+  distinct_models:    --models times a cart-pole of a mass of its own (a new model, as a co-design
+                      search makes), its Simulator, one eager and one jitted step, close(): the
+                      programs JAX compiled for each model must not pile up;
   simulation_errors:  --errors calls of step that MuJoCo fails in one simulation, each raising
                       mjbatch_jax.SimulationError: its params give 12 balls a 1 m contact margin,
                       and the contacts overflow the model's small arena (mj_stackAlloc);
@@ -42,6 +45,7 @@ import mujoco  # noqa: E402
 import numpy as np  # noqa: E402
 
 import mjbatch_jax  # noqa: E402
+from mjbatch_jax import _programs  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import RESULTS, machine_info, pyplot, write_result  # noqa: E402
@@ -82,8 +86,8 @@ BALLS = """
 # inertias or time steps raise nothing.)
 WIDE_MARGIN = 1.0
 
-PHASES = ("step_loop", "step_scan", "simulator_cycles", "batch_cycles", "simulation_errors",
-          "argument_errors")
+PHASES = ("step_loop", "step_scan", "simulator_cycles", "batch_cycles", "distinct_models",
+          "simulation_errors", "argument_errors")
 # How often the Python loop phases wait for their results: JAX dispatches asynchronously, and an
 # unbounded queue of pending calls would read as growth.
 SYNC_EVERY = 100
@@ -164,6 +168,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
   parser.add_argument("--cycles", type=int, default=10_000,
                       help="Simulator and Batch create/step/close cycles, each")
   parser.add_argument("--errors", type=int, default=10_000, help="failing calls, of each kind")
+  parser.add_argument("--models", type=int, default=1000,
+                      help="distinct models, each made, stepped and closed")
   parser.add_argument("--checkpoints", type=int, default=20, help="samples per phase")
   parser.add_argument("--num-sims", type=int, default=8)
   parser.add_argument("--threads", type=int, default=2)
@@ -178,10 +184,10 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
   unknown = set(phases) - set(PHASES)
   if unknown:
     parser.error(f"unknown phases {sorted(unknown)}; choose from {PHASES}")
-  if min(args.calls, args.cycles, args.errors, args.checkpoints, args.num_sims,
+  if min(args.calls, args.cycles, args.errors, args.models, args.checkpoints, args.num_sims,
          args.scan_length) < 1 or args.threads < 0:
-    parser.error("--calls, --cycles, --errors, --checkpoints, --num-sims and --scan-length must "
-                 "be >= 1, --threads >= 0")
+    parser.error("--calls, --cycles, --errors, --models, --checkpoints, --num-sims and "
+                 "--scan-length must be >= 1, --threads >= 0")
 
   n, threads = args.num_sims, args.threads
   model = mujoco.MjModel.from_xml_string(CARTPOLE)
@@ -220,6 +226,19 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
       jax.block_until_ready(step(rows, ctrl, other.params(n, fields=("body_mass",))))
       other.close()
 
+  made = 0
+
+  def distinct_models(count: int) -> None:
+    nonlocal made
+    for _ in range(count):
+      made += 1
+      # A cart of a mass no other model here has: new bytes, a new engine and new programs.
+      own = mujoco.MjModel.from_xml_string(CARTPOLE.replace('mass="1"', f'mass="{1 + made / 1e6}"'))
+      with mjbatch_jax.Simulator(own, num_threads=threads) as candidate:
+        rows, own_params = candidate.init_state(n), candidate.params(n, fields=("body_mass",))
+        jax.block_until_ready(mjbatch_jax.step(rows, ctrl, own_params))
+        jax.block_until_ready(step(rows, ctrl, own_params))
+
   def batch_cycles(count: int) -> None:
     for _ in range(count):
       batch = mjbatch_jax.Batch(model, num_sims=n)
@@ -240,6 +259,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     "step_scan": (max(1, args.calls // scan_length), step_scan),
     "simulator_cycles": (args.cycles, simulator_cycles),
     "batch_cycles": (args.cycles, batch_cycles),
+    "distinct_models": (args.models, distinct_models),
     "simulation_errors": (args.errors, raising(
       lambda: mjbatch_jax.step(balls_state, balls_ctrl, wide), mjbatch_jax.SimulationError,
       caught["simulation_errors"])),
@@ -251,10 +271,12 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     "step_scan": f"jitted lax.scan of {scan_length} steps, N={n}",
     "simulator_cycles": "Simulator, init_state, params, one jitted step, close()",
     "batch_cycles": f"Batch(model, num_sims={n}), step(), close()",
+    "distinct_models": "a new model per iteration: Simulator, eager and jitted step, close()",
     "simulation_errors": "step raising SimulationError (mj_stackAlloc in one simulation)",
     "argument_errors": "jitted step with a wrongly shaped ctrl, raising ValueError",
   }
   began = time.perf_counter()
+  releases_before = _programs.clearings()
   results: dict[str, Any] = {}
   try:
     for name in phases:
@@ -263,6 +285,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                        **run_phase(name, total, run, args.checkpoints, args.max_rss_mb)}
       if name in caught:
         results[name]["caught"] = caught[name]
+      if name == "distinct_models":
+        # How often the programs of closed models were released (mjbatch_jax._programs).
+        results[name]["program_releases"] = _programs.clearings() - releases_before
   finally:
     sim.close()
     balls_sim.close()

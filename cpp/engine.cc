@@ -103,10 +103,15 @@ Extra ExtraStage(std::string_view name) {
 }
 
 template <typename T>
-void CopyField(const DataField& field, const mjData* d, T* out, std::size_t row) {
-  mjtNum* values;
-  std::memcpy(&values, reinterpret_cast<const char*>(d) + field.offset, sizeof(values));
-  Convert(out + row * field.size, values, field.size);
+void CopyField(const DataField& field, const mjData* d, T* to) {
+  const char* at = reinterpret_cast<const char*>(d) + field.offset;
+  const mjtNum* values;
+  if (field.inline_array) {
+    values = reinterpret_cast<const mjtNum*>(at);
+  } else {
+    std::memcpy(&values, at, sizeof(values));
+  }
+  Convert(to, values, field.size);
 }
 
 // The calls that some of a set of fields need beyond mj_forward.
@@ -125,26 +130,27 @@ struct ExtraStages {
   }
 };
 
-// Copy fields out of d into row `row` of outputs: after mj_forward and the extra stages they
-// need if forward (else as d stands), and qfrc_inverse after mj_inverse, which reuses
-// mj_forward's qacc but rewrites other fields, so it runs last. Owns no C++ objects: it runs
-// under mjb_apply, where a MuJoCo error unwinds with longjmp.
-template <typename T>
-void ObserveFields(const mjModel* m, mjData* d, const std::vector<DataField>& fields,
-                   const std::vector<T*>& outputs, std::size_t row, const ExtraStages& stages,
-                   bool forward) {
+// Copy fields out of d, field f to where(f): after mj_forward and the extra stages they need if
+// forward (else as d stands), and qfrc_inverse after mj_inverse, which reuses mj_forward's qacc
+// but rewrites other fields, so it runs last. With a regime, the constraints mj_forward made are
+// folded into it. Owns no C++ objects: it runs under mjb_apply, where a MuJoCo error unwinds with
+// longjmp.
+template <typename Where>
+void ObserveFields(const mjModel* m, mjData* d, const std::vector<DataField>& fields, Where where,
+                   const ExtraStages& stages, bool forward, uint64_t* regime = nullptr) {
   if (forward) {
     mj_forward(m, d);
+    if (regime) *regime = FoldRegime(m, d, *regime);
     if (stages.subtree_vel) mj_subtreeVel(m, d);
     if (stages.rne_post) mj_rnePostConstraint(m, d);
   }
   for (std::size_t f = 0; f < fields.size(); ++f) {
-    if (ExtraStage(fields[f].name) != Extra::kInverse) CopyField(fields[f], d, outputs[f], row);
+    if (ExtraStage(fields[f].name) != Extra::kInverse) CopyField(fields[f], d, where(f));
   }
   if (!stages.inverse) return;
   mj_inverse(m, d);
   for (std::size_t f = 0; f < fields.size(); ++f) {
-    if (ExtraStage(fields[f].name) == Extra::kInverse) CopyField(fields[f], d, outputs[f], row);
+    if (ExtraStage(fields[f].name) == Extra::kInverse) CopyField(fields[f], d, where(f));
   }
 }
 
@@ -181,8 +187,10 @@ void RolloutSim(const mjModel* m, mjData* d, int sim, void* arg) {
       // At the new state: mj_forward reads the row and writes only derived fields, none of
       // which the next mj_step reads (it starts with its own mj_forward), so the trajectory is
       // the same with or without it.
-      ObserveFields(m, d, *a->observe->fields, *a->observe->outputs, knot, a->stages,
-                    a->observe->new_state);
+      const auto& fields = *a->observe->fields;
+      const auto& outputs = *a->observe->outputs;
+      auto where = [&](std::size_t f) { return outputs[f] + knot * fields[f].size; };
+      ObserveFields(m, d, fields, where, a->stages, a->observe->new_state);
     }
   }
   mj_freeStack(d);
@@ -203,7 +211,9 @@ struct ForwardArgs {
 template <typename T>
 void ForwardSim(const mjModel* m, mjData* d, int sim, void* arg) {
   auto* a = static_cast<ForwardArgs<T>*>(arg);
-  ObserveFields(m, d, *a->fields, *a->outputs, sim, a->stages, /*forward=*/true);
+  const std::size_t row = sim;
+  auto where = [&](std::size_t f) { return (*a->outputs)[f] + row * (*a->fields)[f].size; };
+  ObserveFields(m, d, *a->fields, where, a->stages, /*forward=*/true);
 }
 
 struct TransitionArgs {
@@ -220,15 +230,21 @@ void TransitionSim(const mjModel* m, mjData* d, int sim, void* arg) {
                    a->C ? a->C + s * ns * nx : nullptr, a->D ? a->D + s * ns * nu : nullptr);
 }
 
+const std::vector<DataField> kNoFields;
+
 struct StepRowsArgs {
   double* states;
   double* sensordata;
   uint64_t* regimes;
   int nstep;
+  const Rows* in;
+  double* observed;  // n x in->observe_width, fields side by side
+  ExtraStages stages;
 };
 
-// mjb_apply function: nstep substeps of one loaded row, recording the row, sensordata and the
-// regime of every substep.
+// mjb_apply function: nstep substeps of one loaded row (none: mj_forward alone), recording the
+// row, sensordata, the observed fields at the new state (after mj_forward there) and the regime
+// of every substep and of that mj_forward.
 void StepRowSim(const mjModel* m, mjData* d, int row, void* arg) {
   auto* a = static_cast<StepRowsArgs*>(arg);
   std::size_t nstate = mj_stateSize(m, mjSTATE_INTEGRATION), ns = m->nsensordata;
@@ -239,7 +255,16 @@ void StepRowSim(const mjModel* m, mjData* d, int row, void* arg) {
     regime = FoldRegime(m, d, regime);
   }
   mj_getState(m, d, a->states + r * nstate, mjSTATE_INTEGRATION);
-  Convert(a->sensordata + r * ns, d->sensordata, ns);
+  // After the last substep, as rollout records it; with no substep, at the state itself.
+  if (a->nstep > 0) Convert(a->sensordata + r * ns, d->sensordata, ns);
+  const Rows& in = *a->in;
+  if (in.observe || a->nstep == 0) {
+    const std::vector<DataField>& fields = in.observe ? *in.observe : kNoFields;
+    double* out = a->observed + r * in.observe_width;
+    auto where = [&](std::size_t f) { return out + (*in.observe_offsets)[f]; };
+    ObserveFields(m, d, fields, where, a->stages, /*forward=*/true, &regime);
+  }
+  if (a->nstep == 0) Convert(a->sensordata + r * ns, d->sensordata, ns);
   a->regimes[r] = regime;
 }
 
@@ -326,10 +351,33 @@ int Engine::ProbeParamSize(const std::string& field, std::string* error) const {
   return size;
 }
 
-bool Engine::FindDataField(std::string_view name, DataField* field, std::string* error) const {
-  if (name == "qHDiagInv") {
-    *error = "'qHDiagInv' is computed only inside mj_step by the implicit integrators";
+bool Engine::FindDataField(std::string_view name, DataField* field, std::string* error,
+                           bool in_step) const {
+  // Scratch of mj_step's integrators (Euler's implicit damping, implicit, implicitfast): written
+  // inside the step and not kept with the state, so a batch's per-thread MjData would hold
+  // another simulation's values.
+  if (name == "qH" || name == "qHDiagInv" || name == "qDeriv" || name == "qLU") {
+    *error = "'" + std::string(name) + "' is scratch of mj_step's integrators, computed inside the "
+             "step and not kept with the state, so it cannot be returned per simulation";
     return false;
+  }
+  if (in_step && ExtraStage(name) != Extra::kNone) {
+    *error = "'" + std::string(name) + "' is not computed by mj_step (mj_forward's callers compute "
+             "it after it): observe it with observe_at='new'";
+    return false;
+  }
+  if (name == "energy") {
+    if (!(model_->opt.enableflags & mjENBL_ENERGY)) {
+      *error = "'energy' is computed only with the energy flag: enable it in the model "
+               "(<option><flag energy=\"enable\"/></option>, or model.opt.enableflags |= "
+               "mujoco.mjtEnableBit.mjENBL_ENERGY before making the Simulator)";
+      return false;
+    }
+    field->name = "energy";
+    field->offset = offsetof(mjData, energy);
+    field->size = 2;
+    field->inline_array = true;
+    return true;
   }
   const mjModel* m = model_;
 #undef MJ_M
@@ -544,10 +592,41 @@ Status Engine::Run(const Inputs<T>& in, Fn run_chunk) {
   return Status();
 }
 
+void Engine::Failures::Record(const mjBatch* batch, std::size_t start, int count,
+                              int32_t* errors) {
+  const int* status = mjb_status(batch);
+  for (int i = 0; i < count; ++i) {
+    if (errors) errors[start + i] = status[i] ? 1 : 0;
+    if (!status[i]) continue;
+    if (ids.empty()) first = mjb_error(batch, i);
+    ids.push_back(start + i);
+  }
+}
+
+Status Engine::Failures::ToStatus() const {
+  if (ids.empty()) return Status();
+  std::string message = "sim " + std::to_string(ids[0]) + ": " + first;
+  if (ids.size() > 1) {
+    // Runs of consecutive ids as ranges, so that the message stays short when many failed.
+    message += " (" + std::to_string(ids.size()) + " simulations failed: ";
+    for (std::size_t i = 0; i < ids.size();) {
+      std::size_t j = i;
+      while (j + 1 < ids.size() && ids[j + 1] == ids[j] + 1) ++j;
+      if (i) message += ", ";
+      message += std::to_string(ids[i]);
+      if (j > i) message += "-" + std::to_string(ids[j]);
+      i = j + 1;
+    }
+    message += ")";
+  }
+  return Status::Simulation(message);
+}
+
 template <typename T>
-Status Engine::Step(const Inputs<T>& in, int nstep, T* state_out, int32_t* warnings) {
+Status Engine::Step(const Inputs<T>& in, int nstep, T* state_out, int32_t* warnings,
+                    int32_t* errors) {
   if (nstep < 1) return Status::InvalidArgument("nstep must be >= 1");
-  Status first_failure;
+  Failures failures;
   Status status = Run(in, [&](Slot* slot, std::size_t start, int count) {
     mjBatch* b = slot->batch;
     const int* ids = count == slot->capacity ? nullptr : slot->ids.data();
@@ -563,25 +642,31 @@ Status Engine::Step(const Inputs<T>& in, int nstep, T* state_out, int32_t* warni
         out[k] = stat[k].number;
       }
     }
-    if (nfail && first_failure.ok()) first_failure = Failure(slot, start, count, nfail);
+    if (nfail || errors) failures.Record(b, start, count, errors);
     return Status();
   });
-  return status.ok() ? first_failure : status;
+  if (!status.ok()) return status;
+  return errors ? Status() : failures.ToStatus();
 }
 
 template <typename T>
 Status Engine::Rollout(const Inputs<T>& in, int nknot, int nstep, const T* ctrls,
                        T* states_out, T* sensordata_out, int32_t* warnings,
-                       const Observation<T>* observe) {
+                       const Observation<T>* observe, int32_t* errors) {
   if (nstep < 1 || nknot < 0) return Status::InvalidArgument("need nstep >= 1 and nknot >= 0");
   ExtraStages stages;
   if (observe) {
     if (observe->fields->size() != observe->outputs->size()) {
       return Status::InvalidArgument("observe needs one output per field");
     }
+    for (const DataField& field : *observe->fields) {
+      if (!observe->new_state && ExtraStage(field.name) != Extra::kNone) {
+        return Status::InvalidArgument("'" + field.name + "' is not computed by mj_step");
+      }
+    }
     stages = ExtraStages::Of(*observe->fields);
   }
-  Status first_failure;
+  Failures failures;
   std::vector<T*> chunk_outputs;
   Observation<T> chunk_observe;
   Status status = Run(in, [&](Slot* slot, std::size_t start, int count) {
@@ -608,20 +693,31 @@ Status Engine::Rollout(const Inputs<T>& in, int nknot, int nstep, const T* ctrls
     });
     if (!call.ok()) return call;
     if (nfail) {
-      // A failed simulation's knots are its input row, as step gives a failed one back.
+      // A failed simulation's knots are its input row, as step gives a failed one back, and its
+      // records zeros: what the failed run left there is not a result.
       const int* failed = mjb_status(slot->batch);
+      const std::size_t ns = model_->nsensordata;
       for (int i = 0; i < count; ++i) {
         if (!failed[i]) continue;
+        const std::size_t sim = start + i;
         for (int k = 0; k < nknot; ++k) {
-          std::memcpy(states_out + ((start + i) * nknot + k) * nstate_,
-                      in.state + (start + i) * nstate_, nstate_ * sizeof(T));
+          std::memcpy(states_out + (sim * nknot + k) * nstate_, in.state + sim * nstate_,
+                      nstate_ * sizeof(T));
+        }
+        if (sensordata_out) std::fill_n(sensordata_out + sim * nknot * ns, nknot * ns, T(0));
+        if (observe) {
+          for (std::size_t f = 0; f < observe->fields->size(); ++f) {
+            const std::size_t size = (*observe->fields)[f].size;
+            std::fill_n((*observe->outputs)[f] + sim * nknot * size, nknot * size, T(0));
+          }
         }
       }
-      if (first_failure.ok()) first_failure = Failure(slot, start, count, nfail);
     }
+    if (nfail || errors) failures.Record(slot->batch, start, count, errors);
     return Status();
   });
-  return status.ok() ? first_failure : status;
+  if (!status.ok()) return status;
+  return errors ? Status() : failures.ToStatus();
 }
 
 template <typename T>
@@ -631,7 +727,7 @@ Status Engine::Forward(const Inputs<T>& in, const std::vector<DataField>& fields
     return Status::InvalidArgument("forward needs one output per field");
   }
   const ExtraStages stages = ExtraStages::Of(fields);
-  Status first_failure;
+  Failures failures;
   Status status = Run(in, [&](Slot* slot, std::size_t start, int count) {
     std::vector<T*> chunk_outputs;
     for (std::size_t f = 0; f < fields.size(); ++f) {
@@ -644,10 +740,10 @@ Status Engine::Forward(const Inputs<T>& in, const std::vector<DataField>& fields
       nfail = mjb_apply(slot->batch, ids, count, ForwardSim<T>, &args, /*save=*/0);
     });
     if (!call.ok()) return call;
-    if (nfail && first_failure.ok()) first_failure = Failure(slot, start, count, nfail);
+    if (nfail) failures.Record(slot->batch, start, count, nullptr);
     return Status();
   });
-  return status.ok() ? first_failure : status;
+  return status.ok() ? failures.ToStatus() : status;
 }
 
 template <typename T>
@@ -661,7 +757,7 @@ Status Engine::TransitionFD(const Inputs<T>& in, double eps, bool centered, T* A
   }
   const std::size_t nx = 2 * model_->nv + model_->na, nu = model_->nu;
   const std::size_t ns = model_->nsensordata;
-  Status first_failure;
+  Failures failures;
   std::vector<double> a, b, c, d;
   Status status = Run(in, [&](Slot* slot, std::size_t start, int count) {
     const std::size_t n = count;
@@ -686,15 +782,19 @@ Status Engine::TransitionFD(const Inputs<T>& in, double eps, bool centered, T* A
       Convert(C + start * ns * nx, c.data(), c.size());
       Convert(D + start * ns * nu, d.data(), d.size());
     }
-    if (nfail && first_failure.ok()) first_failure = Failure(slot, start, count, nfail);
+    if (nfail) failures.Record(slot->batch, start, count, nullptr);
     return Status();
   });
-  return status.ok() ? first_failure : status;
+  return status.ok() ? failures.ToStatus() : status;
 }
 
 Status Engine::StepRows(const Rows& in, int nstep, double* states, double* sensordata,
-                        uint64_t* regimes) {
-  if (nstep < 1) return Status::InvalidArgument("nstep must be >= 1");
+                        uint64_t* regimes, double* observed) {
+  if (nstep < 0) return Status::InvalidArgument("nstep must be >= 0");
+  if (in.observe && (!observed || !in.observe_offsets)) {
+    return Status::InvalidArgument("observed fields need their output and offsets");
+  }
+  const ExtraStages stages = in.observe ? ExtraStages::Of(*in.observe) : ExtraStages();
   if (in.n == 0) return Status();
   const std::size_t ns = model_->nsensordata, width = ParamWidth(in.fields);
   Status status;
@@ -717,7 +817,8 @@ Status Engine::StepRows(const Rows& in, int nstep, double* states, double* senso
       if (!status.ok()) return status;
       if (nfail) return RowsFailure(slot, in, start, count);
     }
-    StepRowsArgs args{states + start * nstate_, sensordata + start * ns, regimes + start, nstep};
+    StepRowsArgs args{states + start * nstate_, sensordata + start * ns, regimes + start, nstep,
+                      &in, observed ? observed + start * in.observe_width : nullptr, stages};
     status = Call([&] {
       nfail = mjb_apply(slot->batch, ids, count, StepRowSim, &args, /*save=*/0);
     });
@@ -741,9 +842,9 @@ Status Engine::RowsFailure(Slot* slot, const Rows& in, std::size_t start, int co
 }
 
 #define MJBATCH_JAX_INSTANTIATE(T)                                                            \
-  template Status Engine::Step<T>(const Inputs<T>&, int, T*, int32_t*);                       \
+  template Status Engine::Step<T>(const Inputs<T>&, int, T*, int32_t*, int32_t*);             \
   template Status Engine::Rollout<T>(const Inputs<T>&, int, int, const T*, T*, T*, int32_t*,  \
-                                     const Observation<T>*);                                  \
+                                     const Observation<T>*, int32_t*);                        \
   template Status Engine::Forward<T>(const Inputs<T>&, const std::vector<DataField>&,         \
                                      const std::vector<T*>&);                                 \
   template Status Engine::TransitionFD<T>(const Inputs<T>&, double, bool, T*, T*, T*, T*);

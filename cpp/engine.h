@@ -32,8 +32,9 @@ struct ParamField {
 // An mjtNum field of mjData that Forward copies out, and its number of elements.
 struct DataField {
   std::string name;
-  std::size_t offset = 0;  // of the field's pointer within mjData
+  std::size_t offset = 0;  // of the field's pointer within mjData (of the array itself if inline)
   int size = 0;
+  bool inline_array = false;  // an array member of mjData (energy), not a pointer into its arena
 };
 
 // Per-simulation inputs of a call, each a row-major array of n rows; T is float or double.
@@ -72,6 +73,12 @@ struct Rows {
   // whether it is a perturbed copy (nullptr: none is).
   const std::size_t* sim = nullptr;
   const bool* perturbed = nullptr;
+  // mjData fields to record at the new state (after mj_forward there, as rollout observes with
+  // observe_at="new"), side by side in a row of observe_width values, field f at
+  // observe_offsets[f]; nullptr: none.
+  const std::vector<DataField>* observe = nullptr;
+  const std::vector<std::size_t>* observe_offsets = nullptr;
+  std::size_t observe_width = 0;
 };
 
 // Simulations of one model on MuJoCo batches. Thread-safe: concurrent calls each lease a batch of
@@ -103,22 +110,31 @@ class Engine {
   // in error (unknown, an asset, a structural field, or not mjtNum).
   int ParamSize(std::string_view name, std::string* error) const;
 
-  // The mjtNum mjData field that Forward can return, or false with the reason in error.
-  bool FindDataField(std::string_view name, DataField* field, std::string* error) const;
+  // The mjtNum mjData field that Forward can return, or false with the reason in error. in_step:
+  // the field is to be read as mj_step leaves it (observe_at="step"), so fields that only the
+  // calls after mj_forward compute are refused as well.
+  bool FindDataField(std::string_view name, DataField* field, std::string* error,
+                     bool in_step = false) const;
 
   // Advance each simulation by nstep calls to mj_step and write its rows into state_out
   // (n x nstate) and the number of warnings of each kind it raised into warnings
-  // (n x mjNWARNING, may be nullptr). A simulation that fails gets its input row back.
+  // (n x mjNWARNING, may be nullptr). A simulation that fails gets its input row back. With
+  // errors (n, may be nullptr), each simulation's error code goes there (0: ran, 1: MuJoCo
+  // raised an error in it) and such errors are not the call's: the others' results stand.
+  // Without, the call fails with a message naming the first failed simulation and listing all.
   template <typename T>
-  Status Step(const Inputs<T>& in, int nstep, T* state_out, int32_t* warnings);
+  Status Step(const Inputs<T>& in, int nstep, T* state_out, int32_t* warnings,
+              int32_t* errors = nullptr);
 
   // Advance each simulation through nknot knots of nstep substeps, knot k with controls
   // ctrls[sim, k] (n x nknot x nu), recording the rows (n x nknot x nstate), sensordata
   // (n x nknot x nsensordata, unless nullptr) and the observed fields after each knot. in.ctrl
-  // is unused. A simulation that fails gets its input row in every knot.
+  // is unused. A simulation that fails gets its input row in every knot, and zeros for its
+  // sensordata and observations; errors as for Step.
   template <typename T>
   Status Rollout(const Inputs<T>& in, int nknot, int nstep, const T* ctrls, T* states_out,
-                 T* sensordata_out, int32_t* warnings, const Observation<T>* observe = nullptr);
+                 T* sensordata_out, int32_t* warnings, const Observation<T>* observe = nullptr,
+                 int32_t* errors = nullptr);
 
   // Run mj_forward on each simulation (and the extra stages that some fields need) and copy the
   // fields out, outputs[f] being n x fields[f].size.
@@ -131,11 +147,13 @@ class Engine {
   template <typename T>
   Status TransitionFD(const Inputs<T>& in, double eps, bool centered, T* A, T* B, T* C, T* D);
 
-  // Advance each row by nstep substeps on the pool and write its row (n x nstate), sensordata
-  // (n x nsensordata) and regime (n, see regime.h: a hash of the switches of the dynamics it
-  // met at every substep) after them.
+  // Advance each row by nstep substeps on the pool (0: run mj_forward on it alone) and write
+  // its row (n x nstate), sensordata (n x nsensordata, after the last substep as rollout
+  // records it, or mj_forward's), regime (n, see regime.h: a hash of the switches of the
+  // dynamics it met at every substep and at the observing mj_forward) and the observed fields
+  // (n x in.observe_width, may be nullptr without in.observe) after them.
   Status StepRows(const Rows& in, int nstep, double* states, double* sensordata,
-                  uint64_t* regimes);
+                  uint64_t* regimes, double* observed = nullptr);
 
  private:
   struct Slot;
@@ -168,6 +186,17 @@ class Engine {
 
   // The first failed simulation of slot's last call on count rows, named as "sim <start + i>".
   Status Failure(Slot* slot, std::size_t start, int count, int nfail, int rows_per_sim = 1);
+
+  // Per-simulation failures of a call that runs each simulation as one row (Step, Rollout):
+  // the rows of slot's last call on count rows that failed are simulations start + i.
+  struct Failures {
+    std::vector<std::size_t> ids;  // every failed simulation of the call, in order
+    std::string first;             // the first one's message
+    // Record the failed rows of the chunk; write 0/1 codes to errors + start if not nullptr.
+    void Record(const mjBatch* batch, std::size_t start, int count, int32_t* errors);
+    // OK, or a SimulationError naming the first failed simulation and listing all of them.
+    Status ToStatus() const;
+  };
 
   mjModel* model_;
   int nthread_;

@@ -7,6 +7,7 @@
 #include <string_view>
 #include <vector>
 
+#include "callbacks.h"
 #include "registry.h"
 
 namespace mjbatch_jax {
@@ -73,8 +74,13 @@ bool Floating(ffi::DataType type) {
 
 ffi::Error Prepare(int64_t engine, std::string_view fields, const ffi::AnyBuffer& state,
                    const ffi::AnyBuffer& params, Common* c) {
+  // Checked in every call, since a callback may be installed after a function was compiled.
+  if (std::string callback = PythonCallback(); !callback.empty()) {
+    return InvalidArgument(PythonCallbackError(callback));
+  }
   c->engine = FindEngine(engine);
   if (!c->engine) {
+    if (int64_t parent = ForkedFrom(engine)) return InvalidArgument(ForkedMessage(engine, parent));
     return InvalidArgument("simulator " + std::to_string(engine) +
                            " was closed; make a new Simulator and trace again");
   }
@@ -106,6 +112,13 @@ ffi::Error Prepare(int64_t engine, std::string_view fields, const ffi::AnyBuffer
     return InvalidArgument("too many simulations in one call");
   }
   return CheckBuffer(*c, params, c->width, c->n, "params");
+}
+
+std::string ForkedMessage(int64_t engine, int64_t parent) {
+  return "simulator " + std::to_string(engine) + " was made in process " +
+         std::to_string(parent) + " before it forked this one, and its worker threads do not "
+         "exist here: make a new Simulator (and trace again) in this process, or start workers "
+         "with multiprocessing's 'spawn' or 'forkserver' method";
 }
 
 ffi::Error CheckNstep(int64_t nstep, int* out) {

@@ -46,6 +46,9 @@ struct Common {
 ffi::Error Prepare(int64_t engine, std::string_view fields, const ffi::AnyBuffer& state,
                    const ffi::AnyBuffer& params, Common* c);
 
+// Why an engine of the process that forked this one cannot run here.
+std::string ForkedMessage(int64_t engine, int64_t parent);
+
 // nstep as an int in [1, INT32_MAX], or an error.
 ffi::Error CheckNstep(int64_t nstep, int* out);
 

@@ -50,6 +50,7 @@ class PerturbedFlags {
 struct Sample {
   const double* state = nullptr;
   const double* sensors = nullptr;
+  const double* observed = nullptr;
   uint64_t regime = 0;
   double delta = 0;
 };
@@ -88,9 +89,15 @@ class Differencer {
     if (fields) {
       for (const ParamField& field : *fields) width_ += field.size;
     }
+    for (const DataField& field : p.observe) {
+      offsets_.push_back(observe_width_);
+      observe_width_ += field.size;
+    }
   }
 
   std::size_t width() const { return width_; }
+  std::size_t observe_width() const { return observe_width_; }
+  const std::vector<std::size_t>& offsets() const { return offsets_; }
 
   // The nominal inputs of a chunk's simulations, in float64, with the controls written in.
   template <typename T>
@@ -132,7 +139,8 @@ class Differencer {
     }
     if (used_ == storage_.size()) storage_.emplace_back();
     std::vector<double>& out = storage_[used_++];
-    out.resize(n * (nstate_ + ns));
+    out.resize(n * (nstate_ + ns + observe_width_));
+    double* observed = out.data() + n * (nstate_ + ns);
     regimes_.resize(n);
     Rows batch;
     batch.n = n;
@@ -142,21 +150,26 @@ class Differencer {
     batch.set_const = set_const_;
     batch.sim = sims_.data();
     batch.perturbed = perturbed_.get();
-    Status status =
-        engine_.StepRows(batch, nstep_, out.data(), out.data() + n * nstate_, regimes_.data());
+    if (!p_.observe.empty()) {
+      batch.observe = &p_.observe;
+      batch.observe_offsets = &offsets_;
+      batch.observe_width = observe_width_;
+    }
+    Status status = engine_.StepRows(batch, nstep_, out.data(), out.data() + n * nstate_,
+                                     regimes_.data(), observed);
     if (!status.ok()) return status;
     samples->resize(n);
     for (std::size_t r = 0; r < n; ++r) {
-      (*samples)[r] = {out.data() + r * nstate_, out.data() + n * nstate_ + r * ns, regimes_[r],
-                       requests[r].delta};
+      (*samples)[r] = {out.data() + r * nstate_, out.data() + n * nstate_ + r * ns,
+                       observed + r * observe_width_, regimes_[r], requests[r].delta};
     }
     return Status();
   }
 
-  // d(row after the substeps)/d(column) and d(sensordata)/d(column) between two copies, written
-  // as T once.
+  // d(row after the substeps)/d(column), d(sensordata)/d(column) and d(observed field f)/
+  // d(column) (written to jobs[f]) between two copies, as T once.
   template <typename T>
-  void Difference(const Sample& hi, const Sample& lo, T* jx, T* jy) {
+  void Difference(const Sample& hi, const Sample& lo, T* jx, T* jy, const std::vector<T*>& jobs) {
     const double scale = 1.0 / (hi.delta - lo.delta);
     if (p_.tangent) {
       const int nv = m_->nv, rest = m_->nv + m_->na;
@@ -173,6 +186,13 @@ class Differencer {
     }
     for (int j = 0; j < m_->nsensordata; ++j) {
       jy[j] = static_cast<T>((hi.sensors[j] - lo.sensors[j]) * scale);
+    }
+    for (std::size_t f = 0; f < jobs.size(); ++f) {
+      const double* h = hi.observed + offsets_[f];
+      const double* l = lo.observed + offsets_[f];
+      for (int j = 0; j < p_.observe[f].size; ++j) {
+        jobs[f][j] = static_cast<T>((h[j] - l[j]) * scale);
+      }
     }
   }
 
@@ -208,6 +228,8 @@ class Differencer {
   bool set_const_;
   int nstep_;
   std::size_t nstate_, width_, qpos_, qvel_, ctrl_;
+  std::size_t observe_width_ = 0;
+  std::vector<std::size_t> offsets_;
   std::size_t start_ = 0;
   std::vector<double> base_, base_params_;
   std::vector<double> direction_, tangent_;
@@ -240,9 +262,13 @@ bool Decide(const Sample& nominal, const Sample& plus, const Sample& minus, Choi
 
 template <typename T>
 Status FiniteDifference(Engine& engine, const Inputs<T>& in, int nstep, const Perturbation& p,
-                        T* next, T* sensordata, T* jx, T* jy) {
+                        T* next, T* sensordata, T* jx, T* jy, const std::vector<T*>& observed,
+                        const std::vector<T*>& observed_jacobians) {
   const mjModel* m = engine.model();
-  if (nstep < 1) return Status::InvalidArgument("nstep must be >= 1");
+  if (nstep < 0) return Status::InvalidArgument("nstep must be >= 0");
+  if (observed.size() != p.observe.size() || observed_jacobians.size() != p.observe.size()) {
+    return Status::InvalidArgument("every observed field needs its values and derivatives");
+  }
   if (!(p.eps > 0) || !std::isfinite(p.eps)) {
     return Status::InvalidArgument("eps must be a finite number > 0");
   }
@@ -278,6 +304,7 @@ Status FiniteDifference(Engine& engine, const Inputs<T>& in, int nstep, const Pe
   std::vector<Sample> samples, more;
   std::vector<Choice> choices;
   std::vector<std::size_t> pending, still;
+  std::vector<T*> jobs(p.observe.size());
   int64_t switched = 0, extra_rows = 0, unresolved = 0;
   for (std::size_t start = 0; start < in.n; start += sims) {
     const std::size_t count = std::min(sims, in.n - start);
@@ -366,9 +393,20 @@ Status FiniteDifference(Engine& engine, const Inputs<T>& in, int nstep, const Pe
       for (std::size_t j = 0; j < ns; ++j) {
         sensordata[sim * ns + j] = static_cast<T>(x0.sensors[j]);
       }
+      for (std::size_t f = 0; f < p.observe.size(); ++f) {
+        const std::size_t size = p.observe[f].size;
+        const double* values = x0.observed + diff.offsets()[f];
+        for (std::size_t j = 0; j < size; ++j) {
+          observed[f][sim * size + j] = static_cast<T>(values[j]);
+        }
+      }
       for (std::size_t c = 0; c < k; ++c) {
         const Choice& choice = choices[i * k + c];
-        diff.Difference(choice.hi, choice.lo, jx + (sim * k + c) * out, jy + (sim * k + c) * ns);
+        for (std::size_t f = 0; f < p.observe.size(); ++f) {
+          jobs[f] = observed_jacobians[f] + (sim * k + c) * p.observe[f].size;
+        }
+        diff.Difference(choice.hi, choice.lo, jx + (sim * k + c) * out, jy + (sim * k + c) * ns,
+                        jobs);
       }
     }
   }
@@ -389,8 +427,11 @@ FiniteDifferenceCounts FiniteDifferenceTotals() {
 }
 
 template Status FiniteDifference<float>(Engine&, const Inputs<float>&, int, const Perturbation&,
-                                        float*, float*, float*, float*);
+                                        float*, float*, float*, float*,
+                                        const std::vector<float*>&, const std::vector<float*>&);
 template Status FiniteDifference<double>(Engine&, const Inputs<double>&, int, const Perturbation&,
-                                         double*, double*, double*, double*);
+                                         double*, double*, double*, double*,
+                                         const std::vector<double*>&,
+                                         const std::vector<double*>&);
 
 }  // namespace mjbatch_jax

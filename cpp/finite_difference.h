@@ -30,6 +30,8 @@ struct Perturbation {
   // Difference only copies in their nominal row's regime (the default). Off: plain forward or
   // centred differences at eps, whatever they cross.
   bool regime_checked = true;
+  // mjData fields to difference too, at the state after the substeps (mj_forward there).
+  std::vector<DataField> observe;
 };
 
 // Totals over every FiniteDifference call of the process, for benchmarks and tests.
@@ -45,12 +47,16 @@ inline constexpr int kRefinements = 2;
 inline constexpr double kRefinement = 1e-2;
 
 // Nominal rows (n x nstate) and sensordata (n x ns) after nstep substeps of each simulation of
-// in, and their derivatives w.r.t. p.columns: jx (n x k x nstate, or n x k x (2nv+na) in the
-// tangent space when p.tangent, positions compared with mj_differentiatePos) and jy (n x k x ns),
-// k = p.columns.size(). Differences are taken in float64 and rounded to T once.
+// in (nstep 0: none, sensordata of mj_forward), and their derivatives w.r.t. p.columns: jx
+// (n x k x nstate, or n x k x (2nv+na) in the tangent space when p.tangent, positions compared
+// with mj_differentiatePos) and jy (n x k x ns), k = p.columns.size(); and for each observed
+// field f its nominal values observed[f] (n x size) and derivatives observed_jacobians[f]
+// (n x k x size). Differences are taken in float64 and rounded to T once.
 template <typename T>
 Status FiniteDifference(Engine& engine, const Inputs<T>& in, int nstep, const Perturbation& p,
-                        T* next, T* sensordata, T* jx, T* jy);
+                        T* next, T* sensordata, T* jx, T* jy,
+                        const std::vector<T*>& observed = {},
+                        const std::vector<T*>& observed_jacobians = {});
 
 FiniteDifferenceCounts FiniteDifferenceTotals();
 

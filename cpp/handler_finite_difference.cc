@@ -3,8 +3,10 @@
 //   state's dtype: nstep substeps and their differences w.r.t. k entries of each simulation's
 //   inputs (its row with ctrl written in, then its params; or, with tangent, its tangent-space
 //   state, controls and params), all in float64 inside, regime-checked (finite_difference.h).
+//   Then, per observed field, its values (..., size) at the state after the substeps (mj_forward
+//   there) and their derivatives (..., k, size). nstep 0: no substep, mj_forward alone.
 //   Attributes: engine, fields, set_const, nstep, eps, tangent, regime_checked, columns
-//   ("i,j,...", a "c" after a column differenced centred: "3c,4").
+//   ("i,j,...", a "c" after a column differenced centred: "3c,4"), observe ("name,...").
 #include <atomic>
 #include <cstdint>
 #include <string>
@@ -39,24 +41,53 @@ bool ParseColumns(std::string_view text, std::vector<int>* columns, std::vector<
 template <typename T>
 ffi::Error Run(const Common& c, const ffi::AnyBuffer& state, const ffi::AnyBuffer& ctrl,
                const ffi::AnyBuffer& params, ffi::AnyBuffer& next, ffi::AnyBuffer& sensordata,
-               ffi::AnyBuffer& jx, ffi::AnyBuffer& jy, int nstep, const Perturbation& p) {
+               ffi::AnyBuffer& jx, ffi::AnyBuffer& jy, ffi::RemainingRets& rets, int nstep,
+               const Perturbation& p) {
+  // Per observed field: its values (..., size) and their derivatives (..., k, size).
+  std::vector<T*> observed, jacobians;
+  const std::size_t k = p.columns.size();
+  for (std::size_t f = 0; f < p.observe.size(); ++f) {
+    const DataField& field = p.observe[f];
+    for (std::size_t part = 0; part < 2; ++part) {
+      auto ret = rets.get<ffi::AnyBuffer>(2 * f + part);
+      if (ret.has_error()) return ret.error();
+      ffi::AnyBuffer out = **ret;
+      std::string what = (part ? "derivatives of '" : "output '") + field.name + "'";
+      const std::size_t width = part ? k * field.size : field.size;
+      if (auto e = CheckBuffer(c, out, width, c.n, what.c_str()); e.failure()) return e;
+      (part ? jacobians : observed).push_back(Data<T>(out));
+    }
+  }
   Inputs<T> in = MakeInputs<T>(c, state, Data<const T>(ctrl), params);
   return ToError(FiniteDifference(*c.engine, in, nstep, p, Data<T>(next), Data<T>(sensordata),
-                                  Data<T>(jx), Data<T>(jy)));
+                                  Data<T>(jx), Data<T>(jy), observed, jacobians));
 }
 
 ffi::Error Impl(ffi::AnyBuffer state, ffi::AnyBuffer ctrl, ffi::AnyBuffer params,
                 ffi::Result<ffi::AnyBuffer> next, ffi::Result<ffi::AnyBuffer> sensordata,
-                ffi::Result<ffi::AnyBuffer> jx, ffi::Result<ffi::AnyBuffer> jy, int64_t engine,
-                std::string_view fields, bool set_const, int64_t nstep, double eps, bool tangent,
-                bool regime_checked, std::string_view columns) {
+                ffi::Result<ffi::AnyBuffer> jx, ffi::Result<ffi::AnyBuffer> jy,
+                ffi::RemainingRets rets, int64_t engine, std::string_view fields, bool set_const,
+                int64_t nstep, double eps, bool tangent, bool regime_checked,
+                std::string_view columns, std::string_view observe) {
   return Guarded(calls, [&]() -> ffi::Error {
     Common c;
     int substeps = 0;
     if (auto e = Prepare(engine, fields, state, params, &c); e.failure()) return e;
     c.set_const = set_const;
-    if (auto e = CheckNstep(nstep, &substeps); e.failure()) return e;
+    // nstep 0: no substep, mj_forward alone (the derivatives of forward's fields).
+    if (nstep != 0) {
+      if (auto e = CheckNstep(nstep, &substeps); e.failure()) return e;
+    }
     Perturbation p;
+    for (std::string_view name : Split(observe)) {
+      DataField field;
+      std::string error;
+      if (!c.engine->FindDataField(name, &field, &error)) return InvalidArgument(error);
+      p.observe.push_back(field);
+    }
+    if (rets.size() != 2 * p.observe.size()) {
+      return InvalidArgument("finite_difference needs two results per observed field");
+    }
     p.eps = eps;
     p.tangent = tangent;
     p.regime_checked = regime_checked;
@@ -71,8 +102,10 @@ ffi::Error Impl(ffi::AnyBuffer state, ffi::AnyBuffer ctrl, ffi::AnyBuffer params
     if (auto e = CheckBuffer(c, *sensordata, ns, c.n, "sensordata"); e.failure()) return e;
     if (auto e = CheckBuffer(c, *jx, k * out, c.n, "jx"); e.failure()) return e;
     if (auto e = CheckBuffer(c, *jy, k * ns, c.n, "jy"); e.failure()) return e;
-    return c.f64 ? Run<double>(c, state, ctrl, params, *next, *sensordata, *jx, *jy, substeps, p)
-                 : Run<float>(c, state, ctrl, params, *next, *sensordata, *jx, *jy, substeps, p);
+    return c.f64 ? Run<double>(c, state, ctrl, params, *next, *sensordata, *jx, *jy, rets,
+                               substeps, p)
+                 : Run<float>(c, state, ctrl, params, *next, *sensordata, *jx, *jy, rets,
+                              substeps, p);
   });
 }
 
@@ -85,6 +118,7 @@ XLA_FFI_DEFINE_HANDLER(kHandler, Impl,
                            .Ret<ffi::AnyBuffer>()
                            .Ret<ffi::AnyBuffer>()
                            .Ret<ffi::AnyBuffer>()
+                           .RemainingRets()
                            .Attr<int64_t>("engine")
                            .Attr<std::string_view>("fields")
                            .Attr<bool>("set_const")
@@ -92,7 +126,8 @@ XLA_FFI_DEFINE_HANDLER(kHandler, Impl,
                            .Attr<double>("eps")
                            .Attr<bool>("tangent")
                            .Attr<bool>("regime_checked")
-                           .Attr<std::string_view>("columns"));
+                           .Attr<std::string_view>("columns")
+                           .Attr<std::string_view>("observe"));
 
 }  // namespace
 

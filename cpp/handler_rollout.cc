@@ -1,7 +1,9 @@
 // rollout(state (..., nstate), ctrls (..., T, nu), params (..., P)) -> (states (..., T, nstate),
-//   sensordata (..., T, nsensordata), warnings (..., mjNWARNING) int32, then one
-//   (..., T, size) array per observed field). Attributes: engine, nstep, fields as step;
-//   observe ("name,name,...", may be empty) and observe_new (at the new state, or in-step).
+//   sensordata (..., T, nsensordata), warnings (..., mjNWARNING) int32, errors (...) int32, then
+//   one (..., T, size) array per observed field). Attributes: engine, nstep, fields, set_const
+//   and raise_errors as step; observe ("name,name,...", may be empty) and observe_new (at the
+//   new state, or in-step).
+#include <algorithm>
 #include <atomic>
 #include <climits>
 #include <cstdint>
@@ -20,7 +22,8 @@ std::atomic<int64_t> calls{0};
 template <typename T>
 ffi::Error Run(const Common& c, const ffi::AnyBuffer& state, const ffi::AnyBuffer& ctrls,
                const ffi::AnyBuffer& params, ffi::AnyBuffer& states_out,
-               ffi::AnyBuffer& sensordata_out, int32_t* warnings, int nknot, int nstep,
+               ffi::AnyBuffer& sensordata_out, int32_t* warnings, int32_t* errors, int nknot,
+               int nstep,
                const std::vector<DataField>& fields, ffi::RemainingRets& rets, bool new_state) {
   std::vector<T*> outputs;
   for (std::size_t i = 0; i < fields.size(); ++i) {
@@ -36,15 +39,16 @@ ffi::Error Run(const Common& c, const ffi::AnyBuffer& state, const ffi::AnyBuffe
   Inputs<T> in = MakeInputs<T>(c, state, nullptr, params);
   return ToError(c.engine->Rollout(in, nknot, nstep, Data<const T>(ctrls), Data<T>(states_out),
                                    Data<T>(sensordata_out), warnings,
-                                   fields.empty() ? nullptr : &observe));
+                                   fields.empty() ? nullptr : &observe, errors));
 }
 
 ffi::Error Impl(ffi::AnyBuffer state, ffi::AnyBuffer ctrls, ffi::AnyBuffer params,
                 ffi::Result<ffi::AnyBuffer> states_out,
                 ffi::Result<ffi::AnyBuffer> sensordata_out,
-                ffi::Result<ffi::Buffer<ffi::S32>> warnings, ffi::RemainingRets observed,
+                ffi::Result<ffi::Buffer<ffi::S32>> warnings,
+                ffi::Result<ffi::Buffer<ffi::S32>> errors, ffi::RemainingRets observed,
                 int64_t engine, int64_t nstep, std::string_view fields, bool set_const,
-                std::string_view observe, bool observe_new) {
+                bool raise_errors, std::string_view observe, bool observe_new) {
   return Guarded(calls, [&]() -> ffi::Error {
     Common c;
     int substeps = 0;
@@ -73,18 +77,25 @@ ffi::Error Impl(ffi::AnyBuffer state, ffi::AnyBuffer ctrls, ffi::AnyBuffer param
     for (std::string_view name : Split(observe)) {
       DataField field;
       std::string error;
-      if (!c.engine->FindDataField(name, &field, &error)) return InvalidArgument(error);
+      if (!c.engine->FindDataField(name, &field, &error, /*in_step=*/!observe_new)) {
+        return InvalidArgument(error);
+      }
       observe_fields.push_back(field);
     }
     if (observe_fields.size() != observed.size()) {
       return InvalidArgument("rollout needs one result per observed field");
     }
+    if (errors->element_count() != c.n) {
+      return InvalidArgument("errors must have one value per simulation");
+    }
     int32_t* counts = warnings->typed_data();
+    int32_t* codes = raise_errors ? nullptr : errors->typed_data();
+    if (raise_errors) std::fill_n(errors->typed_data(), c.n, 0);
     int knots = static_cast<int>(nknot);
     return c.f64 ? Run<double>(c, state, ctrls, params, *states_out, *sensordata_out, counts,
-                               knots, substeps, observe_fields, observed, observe_new)
+                               codes, knots, substeps, observe_fields, observed, observe_new)
                  : Run<float>(c, state, ctrls, params, *states_out, *sensordata_out, counts,
-                              knots, substeps, observe_fields, observed, observe_new);
+                              codes, knots, substeps, observe_fields, observed, observe_new);
   });
 }
 
@@ -96,11 +107,13 @@ XLA_FFI_DEFINE_HANDLER(kHandler, Impl,
                            .Ret<ffi::AnyBuffer>()
                            .Ret<ffi::AnyBuffer>()
                            .Ret<ffi::Buffer<ffi::S32>>()
+                           .Ret<ffi::Buffer<ffi::S32>>()
                            .RemainingRets()
                            .Attr<int64_t>("engine")
                            .Attr<int64_t>("nstep")
                            .Attr<std::string_view>("fields")
                            .Attr<bool>("set_const")
+                           .Attr<bool>("raise_errors")
                            .Attr<std::string_view>("observe")
                            .Attr<bool>("observe_new"));
 

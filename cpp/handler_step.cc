@@ -1,5 +1,8 @@
 // step(state (..., nstate), ctrl (..., nu), params (..., P)) -> (state (..., nstate),
-//   warnings (..., mjNWARNING) int32). Attributes: engine, nstep, fields ("name:size,...").
+//   warnings (..., mjNWARNING) int32, errors (...) int32). Attributes: engine, nstep, fields
+//   ("name:size,..."), set_const, and raise_errors: a MuJoCo error in a simulation fails the
+//   call (naming it), or, if false, is only its error code (1) while the others' results stand.
+#include <algorithm>
 #include <atomic>
 #include <cstdint>
 #include <string_view>
@@ -15,15 +18,16 @@ std::atomic<int64_t> calls{0};
 template <typename T>
 ffi::Error Run(const Common& c, const ffi::AnyBuffer& state, const ffi::AnyBuffer& ctrl,
                const ffi::AnyBuffer& params, ffi::AnyBuffer& state_out, int32_t* warnings,
-               int nstep) {
+               int32_t* errors, int nstep) {
   Inputs<T> in = MakeInputs<T>(c, state, Data<const T>(ctrl), params);
-  return ToError(c.engine->Step(in, nstep, Data<T>(state_out), warnings));
+  return ToError(c.engine->Step(in, nstep, Data<T>(state_out), warnings, errors));
 }
 
 ffi::Error Impl(ffi::AnyBuffer state, ffi::AnyBuffer ctrl, ffi::AnyBuffer params,
                 ffi::Result<ffi::AnyBuffer> state_out,
-                ffi::Result<ffi::Buffer<ffi::S32>> warnings, int64_t engine, int64_t nstep,
-                std::string_view fields, bool set_const) {
+                ffi::Result<ffi::Buffer<ffi::S32>> warnings,
+                ffi::Result<ffi::Buffer<ffi::S32>> errors, int64_t engine, int64_t nstep,
+                std::string_view fields, bool set_const, bool raise_errors) {
   return Guarded(calls, [&]() -> ffi::Error {
     Common c;
     int substeps = 0;
@@ -36,9 +40,14 @@ ffi::Error Impl(ffi::AnyBuffer state, ffi::AnyBuffer ctrl, ffi::AnyBuffer params
     if (warnings->element_count() != c.n * mjNWARNING) {
       return InvalidArgument("warnings must have mjNWARNING values per simulation");
     }
+    if (errors->element_count() != c.n) {
+      return InvalidArgument("errors must have one value per simulation");
+    }
     int32_t* counts = warnings->typed_data();
-    return c.f64 ? Run<double>(c, state, ctrl, params, *state_out, counts, substeps)
-                 : Run<float>(c, state, ctrl, params, *state_out, counts, substeps);
+    int32_t* codes = raise_errors ? nullptr : errors->typed_data();
+    if (raise_errors) std::fill_n(errors->typed_data(), c.n, 0);
+    return c.f64 ? Run<double>(c, state, ctrl, params, *state_out, counts, codes, substeps)
+                 : Run<float>(c, state, ctrl, params, *state_out, counts, codes, substeps);
   });
 }
 
@@ -49,10 +58,12 @@ XLA_FFI_DEFINE_HANDLER(kHandler, Impl,
                            .Arg<ffi::AnyBuffer>()
                            .Ret<ffi::AnyBuffer>()
                            .Ret<ffi::Buffer<ffi::S32>>()
+                           .Ret<ffi::Buffer<ffi::S32>>()
                            .Attr<int64_t>("engine")
                            .Attr<int64_t>("nstep")
                            .Attr<std::string_view>("fields")
-                           .Attr<bool>("set_const"));
+                           .Attr<bool>("set_const")
+                           .Attr<bool>("raise_errors"));
 
 }  // namespace
 

@@ -11,7 +11,9 @@
 #include <nanobind/stl/string.h>
 
 #include "c_loop.h"
+#include "callbacks.h"
 #include "engine.h"
+#include "ffi_common.h"
 #include "finite_difference.h"
 #include "handlers.h"
 #include "registry.h"
@@ -28,8 +30,9 @@ const mjModel* ModelAt(uintptr_t address) { return reinterpret_cast<const mjMode
 
 std::shared_ptr<Engine> LiveEngine(int64_t id) {
   std::shared_ptr<Engine> engine = FindEngine(id);
-  if (!engine) throw nb::value_error(("simulator " + std::to_string(id) + " is closed").c_str());
-  return engine;
+  if (engine) return engine;
+  if (int64_t parent = ForkedFrom(id)) throw nb::value_error(ForkedMessage(id, parent).c_str());
+  throw nb::value_error(("simulator " + std::to_string(id) + " is closed").c_str());
 }
 
 // The binding of a C loop (StepLoop, StepLoopLockstep): checked rows in, seconds out.
@@ -118,7 +121,19 @@ NB_MODULE(_mjbatch_jax, m) {
      "Raise a MuJoCo error with text on this thread inside the engine's trap and return the "
      "message it trapped: what the tests use to see that such errors never end the process.");
 
+  m.def("remember_default_timer", &RememberDefaultTimer,
+        "Take the current mjcb_time as MuJoCo's bindings' own C timer (call it when "
+        "mujoco.get_mjcb_time() is None).");
+  m.def("python_callback", [] {
+    std::string name = PythonCallback();
+    return name.empty() ? std::string() : PythonCallbackError(name);
+  }, "The error message for the first mjcb_* callback that is a Python function, or ''.");
+
   m.def("open_engines", [] { return OpenEngineCount(); }, "How many engines are open.");
+  m.def("engine_open", [](int64_t id) { return FindEngine(id) != nullptr; }, nb::arg("id"),
+        "Whether the engine with this id is open (some Simulator still owns it).");
+  m.def("forked_from", &ForkedFrom, nb::arg("id"),
+        "The id of the process that forked this one if the engine was open there, else 0.");
 
   m.def("engine_nthread", [](int64_t id) { return LiveEngine(id)->nthread(); }, nb::arg("id"));
   m.def("engine_max_slots", [](int64_t id) { return LiveEngine(id)->max_slots(); },
@@ -132,15 +147,16 @@ NB_MODULE(_mjbatch_jax, m) {
   }, nb::arg("id"), nb::arg("name"),
      "mjtNum values per simulation of an expandable model field; ValueError if it is not one.");
 
-  m.def("data_field_size", [](int64_t id, const std::string& name) {
+  m.def("data_field_size", [](int64_t id, const std::string& name, bool in_step) {
     std::string error;
     DataField field;
-    if (!LiveEngine(id)->FindDataField(name, &field, &error)) {
+    if (!LiveEngine(id)->FindDataField(name, &field, &error, in_step)) {
       throw nb::value_error(error.c_str());
     }
     return field.size;
-  }, nb::arg("id"), nb::arg("name"),
-     "mjtNum values per simulation of an mjData field; ValueError if forward cannot return it.");
+  }, nb::arg("id"), nb::arg("name"), nb::arg("in_step") = false,
+     "mjtNum values per simulation of an mjData field; ValueError if forward (or, in_step, an "
+     "observation as mj_step leaves it) cannot return it.");
 
   m.def("step_loop", LoopBinding(StepLoop),
         nb::arg("model_address"), nb::arg("states"), nb::arg("nthread"), nb::arg("nstep"),

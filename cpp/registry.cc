@@ -1,5 +1,8 @@
 #include "registry.h"
 
+#include <pthread.h>
+#include <unistd.h>
+
 #include <cstdint>
 #include <cstring>
 #include <memory>
@@ -42,11 +45,37 @@ struct Registry {
   // JAX compiled for it stay valid and a create-close loop compiles once. A few dozen bytes per
   // distinct model ever opened.
   std::vector<std::pair<Key, int64_t>> retired;
+  // After a fork, in the child: the engines that were open in the parent, by id, with the
+  // parent's process id, and the engines themselves, held forever (see ForkedFrom).
+  std::unordered_map<int64_t, int64_t> inherited;
+  std::vector<std::shared_ptr<Engine>> abandoned;
 };
+
+Registry& GetRegistry();
+
+// fork() copies only the calling thread. The registry's lock is taken around it, so the child
+// never inherits it held by a thread it does not have; the child then sets aside the engines.
+void LockBeforeFork() { GetRegistry().mutex.lock(); }
+void UnlockInParent() { GetRegistry().mutex.unlock(); }
+void SetAsideInChild() {
+  Registry& r = GetRegistry();
+  r.mutex.unlock();
+  std::lock_guard<std::mutex> lock(r.mutex);
+  const int64_t parent = static_cast<int64_t>(getppid());
+  for (auto& [id, entry] : r.engines) {
+    r.inherited[id] = parent;
+    r.abandoned.push_back(std::move(entry.engine));
+  }
+  r.engines.clear();
+}
 
 Registry& GetRegistry() {
   // Never destroyed: handlers may still look engines up while the interpreter shuts down.
-  static Registry* registry = new Registry;
+  static Registry* registry = [] {
+    auto* made = new Registry;
+    pthread_atfork(LockBeforeFork, UnlockInParent, SetAsideInChild);
+    return made;
+  }();
   return *registry;
 }
 
@@ -133,6 +162,13 @@ bool CloseEngine(int64_t id) {
   if (it->second.key.shareable()) r.retired.emplace_back(it->second.key, id);
   r.engines.erase(it);
   return true;
+}
+
+int64_t ForkedFrom(int64_t id) {
+  Registry& r = GetRegistry();
+  std::lock_guard<std::mutex> lock(r.mutex);
+  auto it = r.inherited.find(id);
+  return it == r.inherited.end() ? 0 : it->second;
 }
 
 int64_t OpenEngineCount() {

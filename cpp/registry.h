@@ -34,6 +34,11 @@ bool CloseEngine(int64_t id);
 // How many engines are open: what tests count to see that closing frees them.
 int64_t OpenEngineCount();
 
+// If the engine with this id was open in the process that forked this one, that process's id;
+// else 0. Such an engine's batches had worker threads that a forked child does not have: the
+// child never runs nor frees it (freeing would wait for those threads forever).
+int64_t ForkedFrom(int64_t id);
+
 }  // namespace mjbatch_jax
 
 #endif  // MJBATCH_JAX_REGISTRY_H_

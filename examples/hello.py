@@ -6,6 +6,7 @@ Needs no downloads: the model is inline. The numpy Batch front end keeps mjbatch
 is also what an mjbatch script looks like after `from mjbatch_jax import Batch`.
 """
 
+import argparse
 import time
 
 import mujoco
@@ -27,19 +28,23 @@ PENDULUM = """
 NUM_SIMS, NSTEP = 4096, 1000
 
 
-def main() -> None:
+def main(num_sims: int = NUM_SIMS, nstep: int = NSTEP) -> None:
   model = mujoco.MjModel.from_xml_string(PENDULUM)
-  with Batch(model, NUM_SIMS) as batch:
-    angle = batch.joint("hinge").qpos  # a live (NUM_SIMS, 1) view of the state rows
-    angle[:, 0] = np.linspace(-np.pi, np.pi, NUM_SIMS)
+  with Batch(model, num_sims) as batch:
+    angle = batch.joint("hinge").qpos  # a live (num_sims, 1) view of the state rows
+    angle[:, 0] = np.linspace(-np.pi, np.pi, num_sims)
     start = time.perf_counter()
-    batch.step(nstep=NSTEP)
+    batch.step(nstep=nstep)
     seconds = time.perf_counter() - start
-    rate = NUM_SIMS * NSTEP / seconds
-    print(f"{NUM_SIMS} pendulums x {NSTEP} steps in {seconds:.2f} s: {rate:,.0f} sim-steps/s")
+    rate = num_sims * nstep / seconds
+    print(f"{num_sims} pendulums x {nstep} steps in {seconds:.2f} s: {rate:,.0f} sim-steps/s")
     print(f"threads: {batch.num_threads}; simulated time: {batch.bind('time')[0]:.2f} s")
     print(f"final angles: min {angle.min():+.3f}, max {angle.max():+.3f} rad")
 
 
 if __name__ == "__main__":
-  main()
+  parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+  parser.add_argument("--num-sims", type=int, default=NUM_SIMS, help="pendulums")
+  parser.add_argument("--nstep", type=int, default=NSTEP, help="steps of each")
+  args = parser.parse_args()
+  main(args.num_sims, args.nstep)

@@ -6,6 +6,7 @@ The whole loop is one XLA program: each scan iteration is one custom call that s
 pendulum on MuJoCo's batch thread pool, with no Python in between.
 """
 
+import argparse
 import time
 
 import jax
@@ -60,4 +61,9 @@ def main(num_sims: int = 4096, num_calls: int = 100, nstep: int = 10) -> None:
 
 
 if __name__ == "__main__":
-  main()
+  parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+  parser.add_argument("--num-sims", type=int, default=4096, help="pendulums")
+  parser.add_argument("--num-calls", type=int, default=100, help="scan iterations (calls)")
+  parser.add_argument("--nstep", type=int, default=10, help="mj_step calls per call")
+  args = parser.parse_args()
+  main(args.num_sims, args.num_calls, args.nstep)

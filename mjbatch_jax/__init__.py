@@ -55,9 +55,13 @@ def __getattr__(name: str) -> Any:
   module = _LAZY.get(name)
   if module is None:
     raise AttributeError(f"module 'mjbatch_jax' has no attribute {name!r}")
-  value = getattr(importlib.import_module(module), name)
-  globals()[name] = value  # later lookups skip this function
-  return value
+  imported = importlib.import_module(module)
+  # Every public name of that module, at once: importing mjbatch_jax.randomize also binds the
+  # submodule as the package's attribute `randomize`, which the function must replace.
+  for public, home in _LAZY.items():
+    if home == module:
+      globals()[public] = getattr(imported, public)  # later lookups skip this function
+  return globals()[name]
 
 
 def __dir__() -> list[str]:

@@ -14,6 +14,7 @@ import mujoco
 import numpy as np
 from jax.core import Tracer
 
+from mjbatch_jax import _programs
 from mjbatch_jax._extension import ext
 from mjbatch_jax.params import Params, SimSpec
 
@@ -23,14 +24,33 @@ _INT32_MAX = 2**31 - 1
 
 
 def check_params(params: Any) -> SimSpec:
+  check_callbacks()
   if not isinstance(params, Params):
     raise ValueError(
       f"params must come from Simulator.params(num_sims, fields), got {type(params).__name__}"
     )
   spec = params.spec
+  handle = spec.handle() if spec.handle is not None else None
+  if handle is not None:
+    handle.check_process()
   if spec.closed:
     raise ValueError(f"the Simulator of these params (engine {spec.engine}) is closed")
+  _programs.used(spec.engine)
   return spec
+
+
+def check_callbacks() -> None:
+  """ValueError if a MuJoCo callback (mjcb_control, ...) is a Python function.
+
+  The engine's threads cannot call into Python; the handlers refuse such a callback too, for
+  functions compiled before it was installed.
+  """
+  if mujoco.get_mjcb_time() is None:
+    # MuJoCo's bindings then hold their own C timer there, which threads may call.
+    ext.remember_default_timer()
+  message = ext.python_callback()
+  if message:
+    raise ValueError(message)
 
 
 def floating(name: str, x: Any) -> jax.Array:
@@ -128,8 +148,11 @@ def checked_inputs(
   return state, ctrl.astype(state.dtype), flat, spec, lead
 
 
-def forward_shape(spec: SimSpec, name: Any) -> tuple[int, ...]:
-  """Shape of one simulation's values of mjData field name, checked by the engine."""
+def forward_shape(spec: SimSpec, name: Any, in_step: bool = False) -> tuple[int, ...]:
+  """Shape of one simulation's values of mjData field name, checked by the engine.
+
+  in_step: the field is observed as mj_step leaves it (observe_at="step").
+  """
   if not isinstance(name, str):
     raise ValueError(f"field names must be strings, got {name!r}")
   info = spec.model_info
@@ -138,6 +161,8 @@ def forward_shape(spec: SimSpec, name: Any) -> tuple[int, ...]:
     size = ext.data_field_size(spec.engine, name)  # ValueError naming the field
     shape = tuple(np.shape(getattr(mujoco.MjData(info.model), name)))
     cache[name] = shape if math.prod(shape) == size else (size,)
+  if in_step:
+    ext.data_field_size(spec.engine, name, True)  # ValueError for fields mj_step leaves alone
   return cache[name]
 
 

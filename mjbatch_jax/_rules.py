@@ -2,10 +2,12 @@
 
 Each rule asks for the columns that have a tangent (qpos, qvel and act of the rows, the controls,
 the params) and gets them from one custom call in which every perturbed copy of every simulation
-is another row. For step and rollout the copies, the perturbations and the differences live in
-float64 inside the engine (cpp/handler_finite_difference.cc), whatever the arrays' dtype, and
-only the derivative is rounded: float32 callers get float64-quality Jacobians. forward's copies
-are built here, in the arrays' dtype.
+is another row (cpp/finite_difference.h): the copies, the perturbations and the differences live
+in float64 inside the engine whatever the arrays' dtype, and only the derivative is rounded, so
+float32 callers get float64-quality Jacobians; a copy that crosses a switch of the dynamics (a
+contact, a limit, a cone state, a clamp, a solver iteration) is replaced by one that does not.
+Observed fields (forward's, and observe= of step and rollout) are differenced in the same call,
+from the same copies.
 
 JAX derives reverse mode (grad, vjp, jacrev) from these rules by linearity. Higher-order
 derivatives reach a custom call without a rule and raise ValueError (see _ffi._common).
@@ -23,23 +25,14 @@ from mjbatch_jax import _ffi
 from mjbatch_jax._checks import flatten
 from mjbatch_jax.params import SimSpec
 
-# Forward differences with eps = 1e-6 on float64 rows: truncation error about eps times the
-# curvature, rounding error about 1e-16 / eps, both near 1e-6 relative for smooth dynamics. The
-# step rules difference float64 rows for any dtype; forward's rows have the arrays' dtype, so it
-# takes 1e-3 with float32 arrays.
+# eps = 1e-6 on float64 rows: truncation error about eps times the curvature (centred: its
+# square), rounding error about 1e-16 / eps; docs/derivatives.md measures both through contact.
 DEFAULT_EPS = 1e-6
-FLOAT32_ROWS_EPS = 1e-3
 
 # Whether the engine differences only copies that stay in their nominal row's regime (see
 # cpp/finite_difference.h). Read when a rule is traced; off only to measure plain differences
 # beside the default (benchmarks/derivative_accuracy.py), in functions traced after setting it.
 REGIME_CHECKED = True
-
-
-def forward_eps(dtype: Any, eps: float | None) -> float:
-  if eps is not None:
-    return eps
-  return DEFAULT_EPS if jnp.dtype(dtype) == jnp.float64 else FLOAT32_ROWS_EPS
 
 
 def _state_columns(spec: SimSpec) -> np.ndarray:
@@ -109,16 +102,19 @@ def centred_columns(spec: SimSpec, columns: np.ndarray, centered: bool | None) -
 def fd_rows(
   state: jax.Array, ctrl: jax.Array, flat: jax.Array, spec: SimSpec, nstep: int,
   wrt: tuple[bool, bool, bool], eps: float, centered: bool | None,
-) -> tuple[jax.Array, jax.Array, jax.Array, jax.Array]:
+  observe: tuple[str, ...] = (), sizes: tuple[int, ...] = (),
+) -> tuple[jax.Array, ...]:
   """Nominal results and Jacobians of one step of (M, ...) inputs w.r.t. the columns of wrt.
 
   wrt = (qpos/qvel/act of the rows, ctrl, params). Returns next (M, nstate), sensordata
-  (M, ns), and d next / d columns (M, k, nstate), d sensordata / d columns (M, k, ns).
+  (M, ns), d next / d columns (M, k, nstate), d sensordata / d columns (M, k, ns), then per
+  observed field its values at the new state (M, size) and derivatives (M, k, size). nstep 0:
+  mj_forward alone (ctrl columns are then entries of the row).
   """
   columns = _columns(spec, wrt, flat.shape[-1])
   return _ffi.finite_difference.call(
     state, ctrl, flat, spec, nstep, columns.tolist(), eps, centred_columns(spec, columns, centered),
-    regime_checked=REGIME_CHECKED,
+    regime_checked=REGIME_CHECKED, observe=observe, observe_sizes=sizes,
   )
 
 
@@ -173,17 +169,16 @@ def rollout(
   return states, sensordata
 
 
-def _rollout_jvp(
-  spec: SimSpec, nstep: int, eps: float, centered: bool | None, primals: tuple, tangents: tuple
-) -> tuple:
+def _rollout_tangents(
+  spec: SimSpec, nstep: int, eps: float, centered: bool | None, names: tuple[str, ...],
+  sizes: tuple[int, ...], primals: tuple, tangents: tuple,
+) -> tuple[tuple, tuple]:
+  """(states, sensordata, observed) and their tangents: one finite-difference call per knot,
+  each with every column of every simulation and the observed fields of every copy."""
   state, ctrls, flat = primals
-  _first_order_only(*primals)
   t_state, t_ctrls, t_flat = tangents
   with_ctrl = not _is_zero(t_ctrls)
   with_flat = not _is_zero(t_flat) and len(spec.param_columns) > 0
-  if _is_zero(t_state) and not with_ctrl and not with_flat:
-    out = rollout(state, ctrls, flat, spec, nstep, eps, centered)
-    return out, jax.tree_util.tree_map(jnp.zeros_like, out)
   # After the first knot the state depends on whatever was perturbed: its columns always count.
   wrt = (True, with_ctrl, with_flat)
   lead, nknot = state.shape[:-1], ctrls.shape[-2]
@@ -198,19 +193,38 @@ def _rollout_jvp(
   def knot(carry: tuple, inputs: tuple) -> tuple:
     x, tx = carry
     u_t, tu_t = inputs
-    nominal, sensors, jx, jy = fd_rows(x, u_t, f, spec, nstep, wrt, eps, centered)
+    nominal, sensors, jx, jy, *observed = fd_rows(x, u_t, f, spec, nstep, wrt, eps, centered,
+                                                  names, sizes)
     t_in = _tangent_in(spec, wrt, tx, tu_t, tf).astype(jx.dtype)
     tx_next = jnp.einsum("mk,mks->ms", t_in, jx)
     ty = jnp.einsum("mk,mks->ms", t_in, jy)
-    return (nominal, tx_next), (nominal, sensors, tx_next, ty)
+    values = tuple(observed[0::2])
+    t_values = tuple(jnp.einsum("mk,mks->ms", t_in, j) for j in observed[1::2])
+    return (nominal, tx_next), (nominal, sensors, values, tx_next, ty, t_values)
 
   xs = (u, tu if with_ctrl else jnp.zeros_like(u))
-  _, (states, sensordata, t_states, t_sensordata) = jax.lax.scan(knot, (s, ts), xs)
+  _, (states, sensordata, observed, t_states, t_sensordata, t_observed) = jax.lax.scan(
+    knot, (s, ts), xs)
 
   def unflatten(x: jax.Array) -> jax.Array:
     return x.swapaxes(0, 1).reshape(*lead, nknot, x.shape[-1])
 
-  return (unflatten(states), unflatten(sensordata)), (unflatten(t_states), unflatten(t_sensordata))
+  primal = (unflatten(states), unflatten(sensordata), tuple(map(unflatten, observed)))
+  tangent = (unflatten(t_states), unflatten(t_sensordata), tuple(map(unflatten, t_observed)))
+  return primal, tangent
+
+
+def _rollout_jvp(
+  spec: SimSpec, nstep: int, eps: float, centered: bool | None, primals: tuple, tangents: tuple
+) -> tuple:
+  _first_order_only(*primals)
+  if all(_is_zero(t) for t in tangents) or (
+    _is_zero(tangents[0]) and _is_zero(tangents[1]) and not spec.param_columns
+  ):
+    out = rollout(*primals, spec, nstep, eps, centered)
+    return out, jax.tree_util.tree_map(jnp.zeros_like, out)
+  primal, tangent = _rollout_tangents(spec, nstep, eps, centered, (), (), primals, tangents)
+  return primal[:2], tangent[:2]
 
 
 rollout.defjvp(_rollout_jvp, symbolic_zeros=True)
@@ -218,13 +232,6 @@ rollout.defjvp(_rollout_jvp, symbolic_zeros=True)
 
 # ---------------------------------------------------------------------------------------------
 # forward
-
-
-def nudged(rows: jax.Array, columns: np.ndarray, eps: float) -> jax.Array:
-  """(M, k, width): k copies of each (M, width) row, copy j with entry columns[j] moved by eps."""
-  bump = np.zeros((len(columns), rows.shape[-1]))
-  bump[np.arange(len(columns)), columns] = eps
-  return rows[:, None] + jnp.asarray(bump, rows.dtype)
 
 
 @functools.partial(jax.custom_jvp, nondiff_argnums=(2, 3, 4, 5))
@@ -249,35 +256,21 @@ def _forward_jvp(
     out = forward(state, flat, spec, names, sizes, eps)
     return out, tuple(jnp.zeros_like(o) for o in out)
   lead, width = state.shape[:-1], flat.shape[-1]
-  h = forward_eps(state.dtype, eps)
   s, f = flatten(state, spec.nstate), flatten(flat, width)
-  m = s.shape[0]
-  # The controls are part of the row here: the state columns are qpos, qvel, act and ctrl.
-  columns = np.r_[_state_columns(spec), _ctrl_columns(spec)]
-  blocks_state, blocks_flat, parts = [s[:, None]], [f[:, None]], []
-  if with_state:
-    blocks_state.append(nudged(s, columns, h))
-    blocks_flat.append(jnp.broadcast_to(f[:, None], (m, len(columns), width)))
-    parts.append(flatten(t_state, spec.nstate)[:, columns])
-  if with_flat:
-    # Only the entries the leaves hold: the rest are the model's constants.
-    held = np.asarray(spec.param_columns, dtype=np.int64)
-    blocks_state.append(jnp.broadcast_to(s[:, None], (m, len(held), spec.nstate)))
-    blocks_flat.append(nudged(f, held, h))
-    parts.append(flatten(t_flat, width)[:, held])
-  rows = jnp.concatenate(blocks_state, axis=1)
-  k = rows.shape[1]
-  out = _ffi.forward.call(
-    rows.reshape(m * k, spec.nstate), jnp.concatenate(blocks_flat, axis=1).reshape(m * k, width),
-    spec, names, sizes,
-  )
-  t_in = jnp.concatenate(parts, axis=-1)
+  # The controls are part of the row here: the state's columns are qpos, qvel, act and ctrl,
+  # and the rows keep their own ctrl (written back as it is).
+  layout = spec.model_info.layout
+  wrt = (with_state, with_state, with_flat)
+  _, _, _, _, *observed = fd_rows(s, s[:, layout.ctrl], f, spec, 0, wrt, eps or DEFAULT_EPS,
+                                  None, names, sizes)
+  t_s = flatten(t_state, spec.nstate) if with_state else None
+  t_in = _tangent_in(spec, wrt, t_s, t_s[:, layout.ctrl] if t_s is not None else None,
+                     flatten(t_flat, width) if with_flat else None)
   primal, tangent = [], []
-  for values, size in zip(out, sizes, strict=True):
-    values = values.reshape(m, k, size)
-    primal.append(values[:, 0].reshape(*lead, size))
-    jacobian = (values[:, 1:] - values[:, :1]) * (1 / h)
-    tangent.append(jnp.einsum("mk,mks->ms", t_in, jacobian).reshape(*lead, size))
+  for values, jacobian, size in zip(observed[0::2], observed[1::2], sizes, strict=True):
+    primal.append(values.reshape(*lead, size))
+    tangent.append(jnp.einsum("mk,mks->ms", t_in.astype(jacobian.dtype), jacobian)
+                   .reshape(*lead, size))
   return tuple(primal), tuple(tangent)
 
 
@@ -308,10 +301,26 @@ def _step_observed_jvp(
   spec: SimSpec, nstep: int, eps: float | None, centered: bool | None, names: tuple[str, ...],
   sizes: tuple[int, ...], primals: tuple, tangents: tuple,
 ) -> tuple:
-  new, t_new = _step_jvp(spec, nstep, eps or DEFAULT_EPS, centered, primals, tangents)
-  flat, t_flat = primals[2], tangents[2]
-  observed, t_observed = _forward_jvp(spec, names, sizes, eps, (new, flat), (t_new, t_flat))
-  return (new, tuple(observed)), (t_new, tuple(t_observed))
+  state, ctrl, flat = primals
+  _first_order_only(*primals)
+  t_state, t_ctrl, t_flat = tangents
+  with_flat = not _is_zero(t_flat) and len(spec.param_columns) > 0
+  wrt = (not _is_zero(t_state), not _is_zero(t_ctrl), with_flat)
+  if not any(wrt):
+    new, observed = step_observed(state, ctrl, flat, spec, nstep, eps, centered, names, sizes)
+    return (new, observed), (jnp.zeros_like(new), tuple(jnp.zeros_like(o) for o in observed))
+  lead, width = state.shape[:-1], flat.shape[-1]
+  s, c, f = flatten(state, spec.nstate), flatten(ctrl, spec.nu), flatten(flat, width)
+  nominal, _, jacobian, _, *observed = fd_rows(s, c, f, spec, nstep, wrt, eps or DEFAULT_EPS,
+                                               centered, names, sizes)
+  t_in = _tangent_in(spec, wrt, flatten(t_state, spec.nstate) if wrt[0] else None,
+                     flatten(t_ctrl, spec.nu) if wrt[1] else None,
+                     flatten(t_flat, width) if wrt[2] else None).astype(jacobian.dtype)
+  t_new = jnp.einsum("mk,mks->ms", t_in, jacobian).reshape(*lead, spec.nstate)
+  values = tuple(v.reshape(*lead, size) for v, size in zip(observed[0::2], sizes, strict=True))
+  t_values = tuple(jnp.einsum("mk,mks->ms", t_in, j).reshape(*lead, size)
+                   for j, size in zip(observed[1::2], sizes, strict=True))
+  return (nominal.reshape(*lead, spec.nstate), values), (t_new, t_values)
 
 
 step_observed.defjvp(_step_observed_jvp, symbolic_zeros=True)
@@ -333,22 +342,14 @@ def _rollout_observed_jvp(
   spec: SimSpec, nstep: int, eps: float | None, centered: bool | None, names: tuple[str, ...],
   sizes: tuple[int, ...], primals: tuple, tangents: tuple,
 ) -> tuple:
-  (states, sensordata), (t_states, t_sensordata) = _rollout_jvp(
-    spec, nstep, eps or DEFAULT_EPS, centered, primals, tangents
-  )
-  flat, t_flat = primals[2], tangents[2]
-  nknot = states.shape[-2]
-
-  def per_knot(x: Any) -> Any:  # (..., P) -> (..., T, P), as each knot's params
-    if _is_zero(x):
-      return x
-    return jnp.broadcast_to(x[..., None, :], (*x.shape[:-1], nknot, x.shape[-1]))
-
-  # A symbolic zero t_flat stays one: forward's rule never reads its shape.
-  observed, t_observed = _forward_jvp(
-    spec, names, sizes, eps, (states, per_knot(flat)), (t_states, per_knot(t_flat))
-  )
-  return (states, sensordata, tuple(observed)), (t_states, t_sensordata, tuple(t_observed))
+  _first_order_only(*primals)
+  if all(_is_zero(t) for t in tangents) or (
+    _is_zero(tangents[0]) and _is_zero(tangents[1]) and not spec.param_columns
+  ):
+    out = rollout_observed(*primals, spec, nstep, eps, centered, names, sizes)
+    return out, jax.tree_util.tree_map(jnp.zeros_like, out)
+  return _rollout_tangents(spec, nstep, eps or DEFAULT_EPS, centered, names, sizes, primals,
+                           tangents)
 
 
 rollout_observed.defjvp(_rollout_observed_jvp, symbolic_zeros=True)

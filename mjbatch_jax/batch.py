@@ -11,9 +11,11 @@ public API, checked at import.
 
 from __future__ import annotations
 
+import ctypes
 import difflib
 import os
 import threading
+import weakref
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
@@ -183,6 +185,56 @@ _INT_PARAMS: dict[str, _Allowed] = {
   "light_castshadow": _ANY,
   "mat_texuniform": _ANY,
 }
+
+
+
+@dataclass(frozen=True)
+class _TypeAtUse:
+  """A type field that MuJoCo checks where it reads it, per entry against the model's type.
+
+  A value outside the enum makes MuJoCo raise an error in the simulation that has it (which
+  then names that simulation, as mjbatch does); so does the model's own value no harm. Another
+  valid type would make MuJoCo read the entry's object ids as ids of another kind of object
+  (a joint id as a body id), out of bounds: refused, but for types that read the same kinds of
+  objects (`swaps`).
+  """
+
+  model: np.ndarray  # the model's values, one per entry
+  valid: tuple[int, ...]
+  swaps: tuple[frozenset[int], ...] = ()
+  what: str = ""
+
+  def bad(self, a: np.ndarray) -> np.ndarray:
+    model = np.broadcast_to(self.model, a.shape)
+    ok = (a == model) | ~np.isin(a, self.valid)
+    for group in self.swaps:
+      members = tuple(group)
+      ok |= np.isin(a, members) & np.isin(model, members)
+    return ~ok
+
+  def describe(self) -> str:
+    return (f"the model's {self.what} for that entry, one it may swap with, or a value outside"
+            f" {self.what} (which MuJoCo refuses in that simulation when it meets it)")
+
+
+def _eq_type(model: Any) -> _TypeAtUse:
+  # MuJoCo (engine_core_constraint.c and the sleep and island code) switches on eq_type and
+  # fails an unknown type with an error before reading anything by it; connect and weld both
+  # read two bodies or two sites (eq_objtype) and eq_data, so either may stand for the other.
+  eq = _mj.mjtEq
+  return _TypeAtUse(
+    model=np.array(model.eq_type, dtype=np.int64),
+    valid=_enum(eq).values,
+    swaps=(frozenset({int(eq.mjEQ_CONNECT), int(eq.mjEQ_WELD)}),),
+    what="mjtEq",
+  )
+
+
+# Integer fields that are types, but which MuJoCo validates where it reads them (see
+# _TypeAtUse): expandable, checked against the model's values before every call. The other type
+# and mode fields (geom_type, jnt_type, sensor_type, actuator_trntype, ...) index tables or
+# decide what an id refers to before any check, so they stay structural.
+_TYPES_AT_USE: dict[str, Callable[[Any], _TypeAtUse]] = {"eq_type": _eq_type}
 
 
 # ------------------------------------------------------------------------------ named views
@@ -364,9 +416,11 @@ class Batch:
     self._shadow: np.ndarray | None = None
     self._enableflags: np.ndarray | None = None
     # expanded integer parameters with a range, as (field, per-simulation values, range)
-    self._ranged: list[tuple[str, np.ndarray, _Allowed]] = []
+    self._ranged: list[tuple[str, np.ndarray, _Allowed | _TypeAtUse]] = []
     self._cursors = _history_cursors(model)
     self._const_everywhere = False
+    self._pid = os.getpid()
+    _LIVE.add(self)
 
   # ---------------------------------------------------------------------------- properties
 
@@ -414,6 +468,12 @@ class Batch:
     self.close()
 
   def _live(self) -> _mjb.Batch:
+    if self._pid != os.getpid():
+      raise ValueError(
+        f"this Batch was made in process {self._pid} before it forked this one ({os.getpid()}),"
+        " and its worker threads do not exist here: make a new Batch in this process, or start"
+        " workers with multiprocessing's 'spawn' or 'forkserver' method"
+      )
     if self._closed:
       raise ValueError("this Batch is closed")
     return self._mb
@@ -495,8 +555,10 @@ class Batch:
     Float fields and the integer parameters that only select among MuJoCo's branches (the
     integrator, solver, cone, iteration counts, enable and disable flags, condim, contype,
     conaffinity, priorities, groups, limited flags) are expandable; structural integer fields
-    (ids, addresses, counts, types) are not. Integer parameters are checked against their range
-    before every call.
+    (ids, addresses, counts, types) are not, but for eq_type, which MuJoCo checks where it reads
+    it: a value outside mjtEq makes MuJoCo fail that simulation (SimulationError naming it, the
+    others run), while another valid type (which would read ids out of bounds) is refused.
+    Integer parameters are checked against their range before every call.
 
     Args:
       name: an MjModel array ("body_mass", "geom_friction", ...) or an MjOption field, named
@@ -530,7 +592,7 @@ class Batch:
         if isinstance(getattr(self.model, name, None), np.ndarray):
           raise ValueError(f"{name} is asset data, shared by all simulations: not expandable")
         raise ValueError(f"unknown model field {name}" + _did_you_mean(name, _mjb.MODEL_FIELDS))
-      if _is_integer(self.model, field) and field not in _INT_PARAMS:
+      if _is_integer(self.model, field) and field not in _INT_PARAMS | _TYPES_AT_USE.keys():
         raise ValueError(
           f"{name} is a structural field (an index, address, count, type or size), it cannot "
           "vary per simulation: a wrong value would make MuJoCo read out of bounds"
@@ -538,7 +600,9 @@ class Batch:
       src = mb.expand(field)
       if field == "opt.enableflags":
         self._enableflags = src
-      allowed = _INT_PARAMS.get(field, _ANY)
+      allowed: _Allowed | _TypeAtUse = _INT_PARAMS.get(field, _ANY)
+      if field in _TYPES_AT_USE:
+        allowed = _TYPES_AT_USE[field](self.model)
       if allowed is not _ANY:
         self._ranged.append((field, src, allowed))
       arr = src
@@ -985,9 +1049,7 @@ class Batch:
   def _raise(self, failed: np.ndarray) -> None:
     first = int(failed[0])
     more = f" (and {len(failed) - 1} more simulations)" if len(failed) > 1 else ""
-    err = SimulationError(f"sim {first}: {self._mb.error(first)}{more}")
-    err.ids = failed  # type: ignore[attr-defined]
-    raise err
+    raise SimulationError(f"sim {first}: {self._mb.error(first)}{more}", ids=failed)
 
   def _check_sleep(self, sel: np.ndarray | None) -> None:
     # MuJoCo would fail these simulations one by one after running the others; mjbatch
@@ -1068,6 +1130,27 @@ class Batch:
       if len(done) and _ran(mb.forward, done, self._stage):
         failed = np.union1d(failed, self._failed(done)).astype(np.int32)
     self._after(sel, False, failed if len(failed) else None)
+
+
+# ------------------------------------------------------------------------------------ fork
+
+# Every Batch not yet closed. A process forked from this one has none of their worker threads,
+# and freeing a mujoco.batch.Batch joins its threads, which would wait forever: the child keeps
+# each such batch alive for good (one reference more), so neither close() nor the interpreter's
+# exit frees it, and every call raises (see Batch._live).
+_LIVE: weakref.WeakSet[Batch] = weakref.WeakSet()
+
+
+def _abandon_inherited_batches() -> None:
+  for batch in list(_LIVE):
+    engine = getattr(batch, "_mb", None)
+    if engine is not None:
+      ctypes.pythonapi.Py_IncRef(ctypes.py_object(engine))
+    batch._lock = threading.Lock()  # a thread of the parent may have held it
+
+
+if hasattr(os, "register_at_fork"):
+  os.register_at_fork(after_in_child=_abandon_inherited_batches)
 
 
 # --------------------------------------------------------------------------- argument checks

@@ -2,15 +2,46 @@
 errors (which JAX reports with its own exception types) into ours."""
 
 import contextlib
-from collections.abc import Iterator
+import re
+from collections.abc import Iterable, Iterator
 
 
 class SimulationError(RuntimeError):
   """MuJoCo raised an error in a simulation of a call; the message names it ("sim 3: ...").
 
   Simulations that did not fail ran to completion; the failing ones kept the state they had
-  before the call.
+  before the call. `ids` holds the failed simulations' indices (into the call's flattened
+  leading dimensions), so a caller can mask them; `step(..., return_errors=True)` and `rollout`
+  return the others' results instead of raising.
+
+  Example:
+    try:
+      state = mjbatch_jax.step(state, ctrl, params)
+    except mjbatch_jax.SimulationError as e:
+      print(e.ids)  # (3, 17)
   """
+
+  def __init__(self, message: str = "", ids: Iterable[int] | None = None):
+    super().__init__(message)
+    self.ids: tuple[int, ...] = (
+      tuple(int(i) for i in ids) if ids is not None else _ids_named(message)
+    )
+
+  def __reduce__(self) -> tuple:
+    return (type(self), (str(self), self.ids))
+
+
+def _ids_named(message: str) -> tuple[int, ...]:
+  """The simulations an engine message names: "sim 3: ... (4 simulations failed: 3, 7-9)"."""
+  listed = re.search(r"\(\d+ simulations failed: ([\d, -]+)\)", message)
+  if listed:
+    ids: list[int] = []
+    for part in listed.group(1).split(","):
+      low, _, high = part.strip().partition("-")
+      ids.extend(range(int(low), int(high or low) + 1))
+    return tuple(ids)
+  first = re.match(r"sim (\d+):", message)
+  return (int(first.group(1)),) if first else ()
 
 
 # Prefixes of the engine's error messages (cpp/ffi_common.h) and the exception each becomes:
@@ -47,9 +78,10 @@ def simulation_errors() -> Iterator[None]:
   """
   try:
     yield
-  except (SimulationError, ValueError):
+  except SimulationError:
     raise
   except Exception as e:
+    # JAX's own runtime error may itself be a ValueError: what tells ours apart is the prefix.
     ours = converted(e)
     if ours is None:
       raise

@@ -19,10 +19,21 @@ from mjbatch_jax.params import Params
 
 NWARNING = _ffi.NWARNING
 
-_WARNINGS_NOT_DIFFERENTIABLE = (
-  "{name}(..., return_warnings=True) is not differentiable: call it without return_warnings to"
-  " take derivatives (and once more with it for the warning counts)"
+_NOT_DIFFERENTIABLE = (
+  "{name}(..., {option}=True) is not differentiable: call it without {option} to take"
+  " derivatives (and once more with it for the {what})"
 )
+
+
+def _undifferentiated(name: str, return_warnings: bool, return_errors: bool, new: bool) -> str:
+  """Why a variant without a derivative rule cannot be differentiated."""
+  if return_errors:
+    option, what = "return_errors", "error codes"
+  elif return_warnings or new:
+    option, what = "return_warnings", "warning counts"
+  else:
+    return _IN_STEP
+  return _NOT_DIFFERENTIABLE.format(name=name, option=option, what=what)
 
 
 def _derivative_options(eps: Any, centered: Any) -> tuple[float | None, bool | None]:
@@ -40,6 +51,7 @@ def step(
   centered: bool | None = None,
   observe: Sequence[str] = (),
   observe_at: str = "new",
+  return_errors: bool = False,
 ) -> Any:
   """Advance each simulation by nstep calls to mj_step with its ctrl; return the new state.
 
@@ -47,7 +59,10 @@ def step(
   bit with jax_enable_x64 on (float32 in and out without it, the physics in float64 inside).
   Differentiable (jax.grad, jax.jacfwd, ...) w.r.t. the rows' qpos, qvel and act, ctrl and the
   params leaves, by finite differences in float64 computed as extra rows of one call; other
-  entries of a row get zero derivatives. Derivatives are of first order only.
+  entries of a row get zero derivatives. Derivatives are of first order only. A perturbed copy
+  that crosses a switch of the dynamics (a contact that appears or vanishes, a limit, a friction
+  cone's state, a clamp, another number of solver iterations) is replaced by one on the side
+  that does not, so a derivative through contact is right by default (docs/derivatives.md).
 
   Args:
     state: (..., nstate) mjSTATE_INTEGRATION rows, float32 or float64.
@@ -59,47 +74,66 @@ def step(
       so that a jitted loop can mask bad rows. This variant is not differentiable.
     eps: the finite-difference step of derivatives (default 1e-6, on float64 rows whatever the
       arrays' dtype).
-    centered: centred instead of forward differences for derivatives (twice the rows).
+    centered: how derivatives difference: None (default) centred for the positions, where
+      contacts curve the dynamics most, forward for the rest (about 1.3x the rows of forward
+      differences); True centred for every column (twice the rows); False forward only.
     observe: mjData fields to return with the new state, computed inside the same custom call
       (the names `forward` takes: "sensordata", "site_xpos", "xquat", "cvel", "qacc", ...).
     observe_at: "new": as mj_forward computes them on the new state, after the last substep
       (what `forward(new_state)` returns, at the cost of one more mj_forward per simulation; the
       new state is the same bit for bit). "step": as they stand in MjData right after mj_step,
       computed at the state before its last substep (what MJX and MuJoCo Playground read), at
-      no extra cost; not differentiable.
+      no extra cost; not differentiable. Fields that mj_step does not compute (qfrc_inverse,
+      cacc, subtree_linvel, ...) are refused with "step".
+    return_errors: partial results. A MuJoCo error in a simulation (mj_stackAlloc out of
+      memory, ...) then raises nothing: the call also returns (...,) int32 error codes, 1 for
+      each simulation that failed (its new row is its input row with the call's ctrl, its
+      observations zeros) and 0 for the others, whose results stand. Without it the call
+      raises SimulationError naming the failed simulations (its `ids`). Not differentiable.
 
   Returns:
-    The new state; with observe, (state, dict of fields); with return_warnings, warnings last.
+    The new state; with observe, (state, dict of fields); then warnings with return_warnings,
+    then error codes with return_errors.
 
   Example:
     state = jax.jit(mjbatch_jax.step)(state, ctrl, params)
     state, obs = mjbatch_jax.step(state, ctrl, params, nstep=5, observe=("sensordata",))
+    state, errors = mjbatch_jax.step(state, ctrl, params, return_errors=True)
+    alive = errors == 0
   """
   state, ctrl, flat, spec, lead = _checks.checked_inputs(state, ctrl, params, nstep)
   h, centered = _derivative_options(eps, centered)
+  _check_observe_at(observe_at)
+  return_warnings = _checks.check_bool("return_warnings", return_warnings)
+  return_errors = _checks.check_bool("return_errors", return_errors)
+  extras: tuple[Any, ...] = ()
   if observe:
     names, shapes, sizes, new = _observation(spec, observe, observe_at)
     with _converted(state):
-      if return_warnings or not new:
-        why = _WARNINGS_NOT_DIFFERENTIABLE.format(name="step") if return_warnings else _IN_STEP
+      if return_warnings or return_errors or not new:
+        why = _undifferentiated("step", return_warnings, return_errors, new)
         states, _, warnings, *observed = _ffi.rollout.call(
-          state, ctrl[..., None, :], flat, spec, nstep, why, names, sizes, new
+          state, ctrl[..., None, :], flat, spec, nstep, why, names, sizes, new, return_errors
         )
+        if return_errors:
+          *observed, errors = observed
+          extras = (errors,)
         new_state, observed = states[..., 0, :], [o[..., 0, :] for o in observed]
+        extras = ((warnings,) if return_warnings else ()) + extras
       else:
-        warnings = None
         new_state, observed = _rules.step_observed(
           state, ctrl, flat, spec, int(nstep), h, centered, names, sizes
         )
       _settle(state, new_state)
     obs = _shaped(names, observed, shapes, lead)
-    return (new_state, obs, warnings) if return_warnings else (new_state, obs)
-  if return_warnings:
-    message = _WARNINGS_NOT_DIFFERENTIABLE.format(name="step")
+    return (new_state, obs, *extras)
+  if return_warnings or return_errors:
+    why = _undifferentiated("step", return_warnings, return_errors, True)
     with _converted(state):
-      new_state, warnings = _ffi.step.call(state, ctrl, flat, spec, nstep, message)
+      new_state, warnings, *errors = _ffi.step.call(state, ctrl, flat, spec, nstep, why,
+                                                    return_errors)
       _settle(state, new_state)
-    return new_state, warnings
+    return (new_state, *((warnings,) if return_warnings else ()), *errors)
   with _converted(state):
     new_state = _rules.step(state, ctrl, flat, spec, int(nstep), h or _rules.DEFAULT_EPS, centered)
     _settle(state, new_state)
@@ -116,6 +150,7 @@ def rollout(
   centered: bool | None = None,
   observe: Sequence[str] = (),
   observe_at: str = "new",
+  return_errors: bool = False,
 ) -> Any:
   """Run T knots of nstep substeps each from state, knot t with ctrls[..., t, :], in one call.
 
@@ -131,46 +166,62 @@ def rollout(
     return_warnings: also return (..., mjNWARNING) warning counts of the whole rollout (not
       differentiable).
     eps: the finite-difference step of derivatives (default 1e-6, on float64 rows).
-    centered: centred instead of forward differences for derivatives.
+    centered: how derivatives difference, as for `step` (default: positions centred).
     observe: mjData fields to record after each knot, in the same call, as `step` observes.
     observe_at: "new" (mj_forward at the state after the knot) or "step" (as mj_step left
       them), as for `step`.
+    return_errors: partial results, as for `step`: (...,) int32 error codes, 1 for each
+      simulation in which MuJoCo raised an error (its states are its input row at every knot,
+      its sensordata and observations zeros), and no exception. Not differentiable.
 
   Returns:
     states (..., T, nstate) after each knot and sensordata (..., T, nsensordata); with observe,
-    also a dict of (..., T, *shape) fields; with return_warnings, warnings last.
+    also a dict of (..., T, *shape) fields; then warnings with return_warnings, then error codes
+    with return_errors.
 
   Example:
     states, sensordata = mjbatch_jax.rollout(state, jnp.zeros((N, 100, nu)), params)
+    # A sampling planner that goes on when a candidate fails: it gets an infinite cost.
+    states, _, errors = mjbatch_jax.rollout(starts, candidates, params, return_errors=True)
+    costs = jnp.where(errors == 0, cost(states), jnp.inf)
   """
   _checks.check_nstep(nstep)
   state, flat, spec, lead = _checks.state_and_params(state, params)
   h, centered = _derivative_options(eps, centered)
+  _check_observe_at(observe_at)
   ctrls = _checks.floating("ctrls", ctrls).astype(state.dtype)
   if ctrls.ndim != len(lead) + 2 or ctrls.shape[: len(lead)] != lead or ctrls.shape[-1] != spec.nu:
     raise ValueError(f"ctrls must have shape {(*lead, 'T', spec.nu)}, got {ctrls.shape}")
+  return_warnings = _checks.check_bool("return_warnings", return_warnings)
+  return_errors = _checks.check_bool("return_errors", return_errors)
   if observe:
     names, shapes, sizes, new = _observation(spec, observe, observe_at)
+    extras: tuple[Any, ...] = ()
     with _converted(state):
-      if return_warnings or not new:
-        why = _WARNINGS_NOT_DIFFERENTIABLE.format(name="rollout") if return_warnings else _IN_STEP
+      if return_warnings or return_errors or not new:
+        why = _undifferentiated("rollout", return_warnings, return_errors, new)
         states, sensordata, warnings, *observed = _ffi.rollout.call(
-          state, ctrls, flat, spec, nstep, why, names, sizes, new
+          state, ctrls, flat, spec, nstep, why, names, sizes, new, return_errors
         )
+        if return_errors:
+          *observed, errors = observed
+          extras = (errors,)
+        extras = ((warnings,) if return_warnings else ()) + extras
       else:
-        warnings = None
         states, sensordata, observed = _rules.rollout_observed(
           state, ctrls, flat, spec, int(nstep), h, centered, names, sizes
         )
       _settle(state, states)
     obs = _shaped(names, observed, shapes, (*lead, ctrls.shape[-2]))
-    return (states, sensordata, obs, warnings) if return_warnings else (states, sensordata, obs)
-  if return_warnings:
-    message = _WARNINGS_NOT_DIFFERENTIABLE.format(name="rollout")
+    return (states, sensordata, obs, *extras)
+  if return_warnings or return_errors:
+    why = _undifferentiated("rollout", return_warnings, return_errors, True)
     with _converted(state):
-      states, sensordata, warnings = _ffi.rollout.call(state, ctrls, flat, spec, nstep, message)
+      states, sensordata, warnings, *errors = _ffi.rollout.call(
+        state, ctrls, flat, spec, nstep, why, return_errors=return_errors
+      )
       _settle(state, states)
-    return states, sensordata, warnings
+    return (states, sensordata, *((warnings,) if return_warnings else ()), *errors)
   with _converted(state):
     states, sensordata = _rules.rollout(
       state, ctrls, flat, spec, int(nstep), h or _rules.DEFAULT_EPS, centered
@@ -186,17 +237,19 @@ def forward(
 
   Fields that mj_forward leaves alone are computed with the MuJoCo call that does compute them:
   subtree_linvel and subtree_angmom (mj_subtreeVel), cacc, cfrc_int and cfrc_ext
-  (mj_rnePostConstraint), qfrc_inverse (mj_inverse, at mj_forward's qacc); a field that only
-  mj_step computes (qHDiagInv) is refused. Differentiable w.r.t. the rows' qpos, qvel, act and
-  ctrl and the params leaves, as `step` is, by differences in the arrays' dtype.
+  (mj_rnePostConstraint), qfrc_inverse (mj_inverse, at mj_forward's qacc); the scratch arrays
+  of mj_step's integrators (qH, qHDiagInv, qDeriv, qLU) are refused, and "energy" needs the
+  model's energy flag. Every field equals what a fresh MjData gives after mj_forward (and that
+  call). Differentiable w.r.t. the rows' qpos, qvel, act and ctrl and the params leaves, as
+  `step` is: float64 copies in the engine, regime-checked.
 
   Args:
     state: (..., nstate) rows.
     params: from Simulator.params.
     fields: floating-point mjData arrays of fixed size ("xpos", "site_xpos", "sensordata",
       "qacc", "actuator_force", ...).
-    eps: the finite-difference step of derivatives (default 1e-6 with float64 arrays, 1e-3 with
-      float32: these differences are taken on rows of the arrays' dtype).
+    eps: the finite-difference step of derivatives (default 1e-6, on float64 rows whatever the
+      arrays' dtype; positions centred, as for `step`).
 
   Returns:
     A dict from field name to its values.
@@ -234,10 +287,15 @@ def _observation(
   names = tuple(observe)
   if len(set(names)) != len(names):
     raise ValueError(f"observe must name each field once, got {names}")
-  if observe_at not in ("new", "step"):
+  in_step = observe_at == "step"
+  shapes = [_checks.forward_shape(spec, name, in_step) for name in names]
+  return names, shapes, tuple(math.prod(s) for s in shapes), not in_step
+
+
+def _check_observe_at(observe_at: Any) -> None:
+  # Checked with or without observe, so that a typo never goes unnoticed.
+  if not isinstance(observe_at, str) or observe_at not in ("new", "step"):
     raise ValueError(f"observe_at must be 'new' or 'step', got {observe_at!r}")
-  shapes = [_checks.forward_shape(spec, name) for name in names]
-  return names, shapes, tuple(math.prod(s) for s in shapes), observe_at == "new"
 
 
 def _shaped(

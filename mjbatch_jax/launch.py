@@ -32,6 +32,8 @@ ENV_COORDINATOR = "MJBATCH_JAX_COORDINATOR"  # host:port of process 0's coordina
 ENV_NUM_PROCESSES = "MJBATCH_JAX_NUM_PROCESSES"
 ENV_PROCESS_ID = "MJBATCH_JAX_PROCESS_ID"
 ENV_TIMEOUT = "MJBATCH_JAX_PEER_TIMEOUT"  # seconds of silence after which a peer is lost
+# Seconds for every process to arrive at the coordinator (default max(60, 4 x peer timeout)).
+ENV_START_TIMEOUT = "MJBATCH_JAX_START_TIMEOUT"
 
 # Seconds between SIGTERM and SIGKILL: short, as JAX's preemption notifier takes SIGTERM as a
 # notice to checkpoint and carries on.

@@ -1,7 +1,11 @@
 """Per-simulation model values as a JAX pytree that also names its simulator."""
 
+import copy
 import dataclasses
+import hashlib
+import os
 import threading
+import weakref
 from collections.abc import Iterator, Mapping
 from typing import Any
 
@@ -9,8 +13,20 @@ import jax
 import mujoco
 import numpy as np
 
+from mjbatch_jax import _programs
 from mjbatch_jax._extension import ext
 from mjbatch_jax.layout import StateLayout
+
+
+def model_digest(model: mujoco.MjModel) -> str:
+  """sha256 of the model's mj_saveModel bytes: equal digests, equal simulations.
+
+  Example:
+    mjbatch_jax.distributed.model_digest(mujoco.MjModel.from_xml_path("scene.xml"))[:12]
+  """
+  buffer = np.empty(mujoco.mj_sizeModel(model), dtype=np.uint8)
+  mujoco.mj_saveModel(model, None, buffer)
+  return hashlib.sha256(buffer.tobytes()).hexdigest()
 
 
 class EngineHandle:
@@ -23,25 +39,61 @@ class EngineHandle:
 
   def __init__(self, model: mujoco.MjModel, num_threads: int):
     self.id = ext.open_engine(model._address, num_threads)
+    _programs.opened(self.id)
     self._lock = threading.Lock()
     self._open = True
+    self.pid = os.getpid()
+    self._model = model
+    self._digest: str | None = None
+    # The Simulator's SimSpec without fields, from which loaded Params rebuild theirs.
+    self.base_spec: SimSpec | None = None
+    _HANDLES.add(self)
+
+  @property
+  def digest(self) -> str:
+    """model_digest of the engine's model, computed once."""
+    if self._digest is None:
+      self._digest = model_digest(self._model)
+    return self._digest
 
   @property
   def closed(self) -> bool:
     return not self._open
 
-  def close(self) -> None:
+  def check_process(self) -> None:
+    """ValueError in a process forked after the engine was made: its threads are not here."""
+    if self.pid != os.getpid():
+      raise ValueError(
+        f"this Simulator (engine {self.id}) was made in process {self.pid} before it forked this"
+        f" one ({os.getpid()}), and its worker threads do not exist here: make a new Simulator"
+        " in this process, or start workers with multiprocessing's 'spawn' or 'forkserver'"
+        " method"
+      )
+
+  def close(self, release: bool = True) -> None:
+    """Give up this ownership; the last one frees the engine, and then its JAX programs are
+    released with those of other engines closed for good (see _programs) when release."""
     with self._lock:
-      if self._open:
-        self._open = False
-        ext.close_engine(self.id)
+      if not self._open:
+        return
+      self._open = False
+      ext.close_engine(self.id)
+      if self.pid == os.getpid() and not ext.engine_open(self.id):
+        _programs.closed(self.id)
+    if release:
+      _programs.release_if_due()
 
   def __del__(self) -> None:
     # During interpreter shutdown ext may already be gone; the engine goes with the process.
+    # Not here the clearing of JAX's caches: a collection can run anywhere, inside JAX too.
     try:
-      self.close()
+      self.close(release=False)
     except Exception:
       pass
+
+
+# Every EngineHandle alive in this process, for Params loaded from a pickle to find theirs.
+_HANDLES: "weakref.WeakSet[EngineHandle]" = weakref.WeakSet()
 
 
 @dataclasses.dataclass(frozen=True)
@@ -163,6 +215,9 @@ class Params(Mapping):
 
     params = sim.params(256, fields=("body_mass", "opt.gravity"))
     heavier = params.replace({"body_mass": params["body_mass"] * 1.1})
+
+  Params pickle and copy: a pickle names the model by its digest, and loads in any process with
+  an open Simulator of the same model (`pickle.loads(blob)` after `Simulator(model)`).
   """
 
   def __init__(self, spec: SimSpec, values: tuple[Any, ...], owner: EngineHandle | None = None):
@@ -201,9 +256,42 @@ class Params(Mapping):
                       strict=True))
     return f"Params(engine={self._spec.engine}, {shapes})"
 
+  # Checkpoints: pickle (and copy) keep the leaves and what the spec says of them, and name the
+  # model by its digest, not by the engine id of this process. Loading them needs an open
+  # Simulator of the same model in the loading process, whose engine the loaded params use.
+  def __reduce__(self) -> tuple:
+    spec = self._spec
+    handle = self._owner if self._owner is not None else (spec.handle() if spec.handle else None)
+    if handle is None:
+      raise ValueError(f"these params' Simulator (engine {spec.engine}) is gone: nothing to pickle"
+                       " them against")
+    layout = (spec.fields, spec.shapes, spec.shared, spec.select, spec.set_const)
+    return (_load_params, (handle.digest, spec.nstate, layout, self._values))
+
+  def __copy__(self) -> "Params":
+    return Params(self._spec, self._values, self._owner)
+
+  def __deepcopy__(self, memo: dict) -> "Params":
+    return Params(self._spec, copy.deepcopy(self._values, memo), self._owner)
+
   def tree_flatten(self) -> tuple[tuple[Any, ...], SimSpec]:
     return self._values, self._spec
 
   @classmethod
   def tree_unflatten(cls, spec: SimSpec, values: Any) -> "Params":
     return cls(spec, tuple(values))
+
+
+def _load_params(digest: str, nstate: int, layout: tuple, values: tuple) -> Params:
+  """Params unpickled: bound to an open Simulator of the same model in this process."""
+  for handle in list(_HANDLES):
+    if handle.closed or handle.pid != os.getpid() or handle.base_spec is None:
+      continue
+    if handle.digest == digest and handle.base_spec.nstate == nstate:
+      fields, shapes, shared, select, set_const = layout
+      spec = handle.base_spec.with_fields(fields, shapes, shared, select, set_const)
+      return Params(spec, values, handle)
+  raise ValueError(
+    f"these params are of a model (sha256 {digest[:12]}...) that no open Simulator of this"
+    " process has: make mjbatch_jax.Simulator(model) of that model first, then load them"
+  )

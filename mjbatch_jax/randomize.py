@@ -6,6 +6,8 @@ from typing import Any
 
 import jax
 import jax.numpy as jnp
+import numpy as np
+from jax.core import Tracer
 
 from mjbatch_jax.params import Params
 
@@ -29,6 +31,7 @@ def randomize(
     uniform: field -> (low, high): values uniform in [low, high).
     log_uniform: field -> (low, high), both > 0: values whose log is uniform.
     scale: field -> (low, high): the current values times a factor uniform in [low, high).
+    Bounds must be finite with low <= high (ValueError otherwise, before anything is drawn).
 
   Returns:
     The params with those leaves replaced (same shapes and dtypes).
@@ -47,11 +50,13 @@ def randomize(
     raise ValueError(f"each field may be randomised one way only, got {names}")
   if not isinstance(params, Params):
     raise ValueError(f"params must come from Simulator.params, got {type(params).__name__}")
+  for name, how, bounds in draws:
+    if name not in params:
+      raise ValueError(f"{name!r} is not among these params' fields {tuple(params)}")
+    _check_bounds(name, how, bounds)
   updates = {}
   for (name, how, (low, high)), subkey in zip(draws, jax.random.split(key, max(len(draws), 1)),
                                                strict=False):
-    if name not in params:
-      raise ValueError(f"{name!r} is not among these params' fields {tuple(params)}")
     current = jnp.asarray(params[name])
     low = jnp.asarray(low, current.dtype)
     high = jnp.asarray(high, current.dtype)
@@ -64,6 +69,33 @@ def randomize(
       value = current * (low + (high - low) * u)
     updates[name] = value
   return params.replace(updates)
+
+
+def _check_bounds(name: str, how: str, bounds: Any) -> None:
+  """ValueError unless bounds is a (low, high) pair, finite, low <= high, and > 0 for log_uniform.
+
+  Bounds that are traced (drawn inside a jitted function from traced values) cannot be looked
+  at here and are used as given.
+  """
+  if isinstance(bounds, (str, bytes)) or not hasattr(bounds, "__len__") or len(bounds) != 2:
+    raise ValueError(f"{how}[{name!r}] must be a (low, high) pair, got {bounds!r}")
+  low, high = bounds
+  if isinstance(low, Tracer) or isinstance(high, Tracer):
+    return
+  try:
+    lo, hi = np.asarray(low, dtype=np.float64), np.asarray(high, dtype=np.float64)
+    lo, hi = np.broadcast_arrays(lo, hi)
+  except (TypeError, ValueError) as e:
+    raise ValueError(f"{how}[{name!r}] bounds must be numbers or arrays of numbers, got "
+                     f"{bounds!r}") from e
+  if not (np.isfinite(lo).all() and np.isfinite(hi).all()):
+    raise ValueError(f"{how}[{name!r}] bounds must be finite, got low={low!r}, high={high!r}")
+  if (lo > hi).any():
+    raise ValueError(f"{how}[{name!r}] needs low <= high, got low={low!r}, high={high!r}: swap "
+                     "them")
+  if how == "log_uniform" and (lo <= 0).any():
+    raise ValueError(f"log_uniform[{name!r}] bounds must be > 0 (their logs are drawn), got "
+                     f"low={low!r}, high={high!r}; use uniform for bounds that reach 0")
 
 
 def tree_replace(tree: Any, updates: Mapping[str, Any]) -> Any:

@@ -10,7 +10,7 @@ import jax.numpy as jnp
 import mujoco
 import numpy as np
 
-from mjbatch_jax import _checks
+from mjbatch_jax import _checks, _programs
 from mjbatch_jax._extension import ext
 from mjbatch_jax.layout import StateLayout
 from mjbatch_jax.names import Names
@@ -57,6 +57,7 @@ class Simulator:
         f"num_threads must be an int in [0, {MAX_THREADS}] (0: one per CPU; at most 4 per CPU),"
         f" got {num_threads!r}"
       )
+    _programs.release_if_due()  # programs of engines closed for good, before new ones come
     self._model = copy.copy(model)
     self._requested_threads = int(num_threads)
     self._handle = EngineHandle(self._model, self._requested_threads)
@@ -83,6 +84,7 @@ class Simulator:
       info=info,
       handle=weakref.ref(self._handle),
     )
+    self._handle.base_spec = self._spec
     self._data: mujoco.MjData | None = None
     self._names: Names | None = None
 
@@ -128,6 +130,13 @@ class Simulator:
     """
     self._handle.close()
 
+  def __reduce__(self) -> tuple:
+    raise TypeError(
+      "a Simulator cannot be pickled or copied (it owns threads and engines of this process):"
+      " pickle its params and states, and make a Simulator of the same model where you load"
+      " them (Params and env States find it by the model's digest)"
+    )
+
   def __enter__(self) -> "Simulator":
     return self
 
@@ -135,6 +144,7 @@ class Simulator:
     self.close()
 
   def _check_open(self) -> None:
+    self._handle.check_process()
     if self.closed:
       raise ValueError("this Simulator is closed")
 
@@ -158,10 +168,14 @@ class Simulator:
         key = mujoco.mj_name2id(self._model, mujoco.mjtObj.mjOBJ_KEY, keyframe)
         if key < 0:
           raise ValueError(f"no keyframe named {keyframe!r}")
-      elif isinstance(keyframe, (int, np.integer)) and 0 <= keyframe < self._model.nkey:
+      elif (isinstance(keyframe, (int, np.integer)) and not isinstance(keyframe, bool)
+            and 0 <= keyframe < self._model.nkey):
         key = int(keyframe)
       else:
-        raise ValueError(f"keyframe must be in [0, {self._model.nkey}), got {keyframe!r}")
+        raise ValueError(
+          f"keyframe must be None, a keyframe's name or an int in [0, {self._model.nkey}), got"
+          f" {keyframe!r}"
+        )
       mujoco.mj_resetDataKeyframe(self._model, data, key)
     row = np.empty(self.nstate)
     mujoco.mj_getState(self._model, data, row, mujoco.mjtState.mjSTATE_INTEGRATION)
@@ -187,8 +201,9 @@ class Simulator:
       shared: those of fields whose one value serves every simulation: a leaf without leading
         dimensions, broadcast inside the call; its gradient sums over the simulations.
       select: for some fields, the rows (first axis: body, geom, dof, actuator ... ids, or
-        names) that the leaf holds; the other rows keep the model's values, and derivatives pay
-        columns only for the selected entries.
+        names; joint names for dof_* fields and qpos0 / qpos_spring, a joint standing for its
+        dofs or qpos entries) that the leaf holds; the other rows keep the model's values, and
+        derivatives pay columns only for the selected entries.
       set_const: recompute each simulation's derived constants (mj_setConst: joint-space
         inertias, actuator lengths and moments at qpos0, ...) from its params in every call, so
         a simulation equals a model compiled with those values. Needed when a field feeds them
@@ -230,7 +245,8 @@ class Simulator:
     return Params(spec, tuple(values), self._handle)
 
   def _rows(self, field: str, value: np.ndarray, chosen: Sequence[int | str]) -> tuple[int, ...]:
-    """The rows of field that chosen names (ids, or names of the field's objects), checked."""
+    """The rows of field that chosen names (ids, names of the field's objects, or joint names
+    for per-dof and per-qpos fields), checked."""
     if field.startswith("opt.") or value.ndim == 0:
       raise ValueError(f"select applies to per-object fields, not {field!r}")
     if isinstance(chosen, (str, int, np.integer)):
@@ -238,20 +254,37 @@ class Simulator:
     rows = []
     for item in chosen:
       if isinstance(item, str):
-        kind = next((k for p, k in _OBJECT_OF_PREFIX if field.startswith(p)), None)
-        if kind is None:
-          raise ValueError(f"rows of {field!r} are chosen by id; it has no named objects")
-        row = self.names.id(kind, item)  # ValueError with a did-you-mean hint
-      elif isinstance(item, (int, np.integer)) and not isinstance(item, bool):
+        rows.extend(self._named_rows(field, value, item))
+        continue
+      if isinstance(item, (int, np.integer)) and not isinstance(item, bool):
         row = int(item)
       else:
         raise ValueError(f"select entries are ids or names, got {item!r}")
       if not 0 <= row < value.shape[0]:
         raise ValueError(f"{field!r} has rows 0..{value.shape[0] - 1}, got {row}")
       rows.append(row)
+    if not rows:
+      raise ValueError(
+        f"select of {field!r} is empty: name at least one row, or leave {field!r} out of select"
+        " (all its rows) or out of fields (the model's values)"
+      )
     if len(set(rows)) != len(rows):
       raise ValueError(f"select of {field!r} names a row twice: {rows}")
     return tuple(rows)
+
+  def _named_rows(self, field: str, value: np.ndarray, name: str) -> list[int]:
+    """The rows of field that an object's name stands for: one, or a joint's dofs or qpos."""
+    model = self._model
+    kind = next((k for p, k in _OBJECT_OF_PREFIX if field.startswith(p)), None)
+    if kind is not None:
+      return [self.names.id(kind, name)]  # ValueError with a did-you-mean hint
+    per_dof = field.startswith("dof_") and value.shape[0] == model.nv
+    per_qpos = field in _QPOS_FIELDS and value.shape[0] == model.nq
+    if per_dof or per_qpos:
+      joint = self.names.joint(name)  # ValueError with a did-you-mean hint
+      span = joint.dof_index if per_dof else joint.qpos_index
+      return list(range(span.start, span.stop))
+    raise ValueError(f"rows of {field!r} are chosen by id; it has no named objects")
 
   @property
   def names(self) -> Names:
@@ -272,6 +305,10 @@ _OBJECT_OF_PREFIX = (
   ("cam_", "camera"), ("light_", "light"), ("actuator_", "actuator"), ("tendon_", "tendon"),
   ("sensor_", "sensor"), ("eq_", "equality"), ("pair_", "pair"), ("mat_", "material"),
 )
+
+
+# Model fields with one row per qpos entry, whose rows select takes by joint name.
+_QPOS_FIELDS = ("qpos0", "qpos_spring")
 
 
 def _names(what: str, names: Sequence[str]) -> tuple[str, ...]:

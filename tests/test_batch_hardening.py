@@ -93,7 +93,50 @@ CASES = [
     E,
     r"jnt_qposadr is a structural field",
   ),
-  ("expand eq_type", 'batch.expand("eq_type")', E, r"eq_type is a structural field"),
+  # eq_type is a type that MuJoCo checks at use: a value outside mjtEq fails that simulation
+  # with MuJoCo's error, which names it, while the others run; a valid type other than the
+  # model's (joint for a weld) would read body ids as joint ids, out of bounds, and is refused.
+  (
+    "eq_type outside mjtEq fails only that simulation",
+    """
+    own = mujoco.MjModel.from_xml_string(XML.replace(
+        '</worldbody>', '<body name="m" mocap="true"/></worldbody>'
+        '<equality><weld body1="m" body2="box"/></equality>'))
+    b = Batch(own, 4, num_threads=2)
+    b.expand("eq_type")[1] = 99
+    before = b.bind("state").copy()
+    hist = np.full((4, 3, b.nstate), np.nan)
+    for call in (lambda: b.step(nstep=3, history=hist), lambda: b.step(), b.forward):
+      try:
+        call()
+      except SimulationError as e:
+        assert isinstance(e, RuntimeError) and str(e).startswith("sim 1: ") and "99" in str(e)
+        assert e.ids == (1,), e.ids
+      else:
+        raise AssertionError("no error")
+    assert np.isfinite(hist[[0, 2, 3]]).all()  # the others wrote their history rows
+    np.testing.assert_array_equal(b.bind("state")[1], before[1])
+    assert (b.bind("time")[[0, 2, 3]] > 0).all() and b.bind("time")[1] == 0
+    b.expand("eq_type")[1] = int(mujoco.mjtEq.mjEQ_CONNECT)  # reads the same two bodies
+    b.step()
+    assert b.bind("time")[1] > 0
+    """,
+    None,
+    "",
+  ),
+  (
+    "eq_type of another kind of object",
+    """
+    own = mujoco.MjModel.from_xml_string(XML.replace(
+        '</worldbody>', '<body name="m" mocap="true"/></worldbody>'
+        '<equality><weld body1="m" body2="box"/></equality>'))
+    b = Batch(own, 4, num_threads=2)
+    b.expand("eq_type")[2] = int(mujoco.mjtEq.mjEQ_JOINT)
+    b.step()
+    """,
+    E,
+    r"sim 2: eq_type\[0\] is 2, but must be the model's mjtEq",
+  ),
   (
     "expand dyntype",
     'batch.expand("actuator_dyntype")[:] = 2; batch.step()',
@@ -104,11 +147,11 @@ CASES = [
     "every structural integer field is refused",
     """
     import mujoco.batch as mb
-    from mjbatch_jax.batch import _INT_PARAMS
+    from mjbatch_jax.batch import _INT_PARAMS, _TYPES_AT_USE
     refused = 0
     for f in sorted(mb.MODEL_FIELDS):
       v = getattr(model.opt, f[4:]) if f.startswith("opt.") else getattr(model, f)
-      if np.asarray(v).dtype.kind in "biu" and f not in _INT_PARAMS:
+      if np.asarray(v).dtype.kind in "biu" and f not in _INT_PARAMS | _TYPES_AT_USE.keys():
         try:
           batch.expand(f)
         except ValueError as e:

@@ -214,9 +214,13 @@ def test_derivatives_benchmark_reports_every_case(
   assert not list(tmp_path.glob("derivatives-*.png"))
   (result,) = tmp_path.glob("derivatives-*.json")
   data = json.loads(result.read_text())
-  assert set(data["seconds_median"]) == {"rows", "native", "steps", "python"}
+  cases = {"rows", "rows_forward", "native", "steps", "python", "jvp_default", "jvp_forward",
+           "jvp_old"}
+  assert set(data["seconds_median"]) == set(data["cpu_seconds_median"]) == cases
   assert all(value > 0 for value in data["seconds_median"].values())
-  assert set(data["ratios"]) == {"rows_over_steps", "python_over_rows", "native_over_rows"}
+  assert set(data["ratios"]) == {"rows_over_steps", "python_over_rows", "native_over_rows",
+                                 "rows_default_over_forward", "jvp_default_over_old",
+                                 "jvp_forward_over_old"}
   assert data["max_abs_A_rows_vs_native"] < 1e-6
 
 
@@ -247,14 +251,14 @@ def test_instructions_benchmark_rejects_unknown_paths(tmp_path: Path) -> None:
 
 
 def test_soak_reports_every_phase(tmp_path: Path) -> None:
-  _run("soak.py", "--calls", "200", "--cycles", "20", "--errors", "20", "--checkpoints", "5",
-       "--out", str(tmp_path))
+  _run("soak.py", "--calls", "200", "--cycles", "20", "--errors", "20", "--models", "20",
+       "--checkpoints", "5", "--out", str(tmp_path))
   data = _only_json(tmp_path, "soak-*.json")
   assert list(tmp_path.glob("soak-*.png"))
   phases = data["phases"]
   # Iterations of each phase: 200 calls make 2 scans of 100 steps.
   planned = {"step_loop": 200, "step_scan": 2, "simulator_cycles": 20, "batch_cycles": 20,
-             "simulation_errors": 20, "argument_errors": 20}
+             "distinct_models": 20, "simulation_errors": 20, "argument_errors": 20}
   assert set(phases) == set(planned)
   for name, phase in phases.items():
     assert phase["iterations"] == planned[name] and phase["stopped_early"] is None, name
@@ -263,6 +267,8 @@ def test_soak_reports_every_phase(tmp_path: Path) -> None:
       assert point["rss_mb"] > 0 and point["fds"] > 0 and point["threads"] > 0, name
     assert set(phase["growth_after_warmup"]) == {"rss_mb", "fds", "threads"}
   assert phases["simulation_errors"]["caught"] == {"SimulationError": 20}
+  # 20 models closed for good release their programs twice (8 at a time).
+  assert phases["distinct_models"]["program_releases"] == 2
   assert phases["argument_errors"]["caught"] == {"ValueError": 20}
 
 
@@ -271,7 +277,7 @@ def test_precision_benchmark_reports_every_derivative(tmp_path: Path) -> None:
   _run("precision.py", "cartpole", "--num-sims", "2", "--settle", "10", "--out", str(out))
   errors = _only_json(out, "precision-*.json")["errors"]["cartpole"]
   for key in ("jacfwd_step", "jacfwd_step_dqvel_dqpos", "transition_fd_A", "transition_fd_B",
-              "transition_fd_rows_A", "transition_fd_rows_B"):
+              "transition_fd_native_A", "transition_fd_native_B"):
     assert errors[key] >= 0, key
 
 

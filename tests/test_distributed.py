@@ -96,6 +96,7 @@ def test_setup_refuses_bad_inputs(cartpole):
     distributed.initialize(timeout=0)
 
 
+@pytest.mark.slow
 def test_launcher_names_the_failed_rank_and_stops_the_others(tmp_path, env):
   script = tmp_path / "fail.py"
   script.write_text(textwrap.dedent("""
@@ -227,6 +228,7 @@ print("RESULT " + json.dumps({"process": me, "gradient_error": gradient_error, "
 """
 
 
+@pytest.mark.slow
 def test_two_processes_equal_one_bit_for_bit(tmp_path, env):
   script = tmp_path / "checks.py"
   script.write_text(CHECKS)
@@ -263,6 +265,7 @@ for i in range(100000):
 """
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("how", ["kill", "stop"])
 def test_a_lost_peer_stops_the_survivor_naming_it(tmp_path, env, how):
   """SIGKILL: the survivor's collective fails at once; SIGSTOP: it blocks. Either way the
@@ -308,6 +311,7 @@ def test_a_lost_peer_stops_the_survivor_naming_it(tmp_path, env, how):
     assert proc.returncode == 128 + signal.SIGKILL  # the cause, not the survivor's 75
 
 
+@pytest.mark.slow
 def test_an_uncaught_exception_stops_the_others_naming_it(tmp_path, env):
   script = tmp_path / "victim.py"
   script.write_text(VICTIM)
@@ -337,6 +341,7 @@ print("done", flush=True)
 """
 
 
+@pytest.mark.slow
 def test_a_peer_that_left_cleanly_is_not_lost(tmp_path, env):
   """Process 1 ends its script three peer timeouts before process 0: it says so as it leaves,
   and process 0's watchdog does not take its silence for a loss."""
@@ -348,6 +353,7 @@ def test_a_peer_that_left_cleanly_is_not_lost(tmp_path, env):
   assert "mjbatch_jax.distributed:" not in out.stderr, out.stderr[-4000:]
 
 
+@pytest.mark.slow
 def test_resumed_training_equals_uninterrupted(tmp_path, env):
   common = [str(EXAMPLE), "--iterations", "6", "--checkpoint-every", "2",
             "--sims", "8", "--horizon", "20", "--hidden", "4"]
@@ -386,3 +392,47 @@ def test_exit_status_constants_agree():
   assert distributed.EXIT_PEER_LOST == launch.EXIT_PEER_LOST == 75
   assert launch.describe(-9) == "was killed by SIGKILL"
   assert launch.describe(2) == "exited with code 2"
+
+
+# -- processes that never arrive ----------------------------------------------------------------
+
+SETUP_ONLY = textwrap.dedent("""
+  import os, sys
+  import mujoco
+  from mjbatch_jax import distributed
+  from tests.models import CARTPOLE_XML
+  if sys.argv[1:] == ["leave"] and os.environ.get("MJBATCH_JAX_PROCESS_ID") == "1":
+    sys.exit(0)  # leaves before setup, cleanly
+  distributed.setup(mujoco.MjModel.from_xml_string(CARTPOLE_XML), 4, num_threads=1)
+  print("set up")
+""")
+
+
+def test_a_process_that_never_arrives_is_named_with_status_75(env):
+  """Process 1 of a job never starts, and (another job) process 0 never does: the one that
+  started stops within MJBATCH_JAX_START_TIMEOUT with PeerLostError naming the missing one and
+  status 75, where JAX alone aborts it after a minute with a C++ "Check failure"."""
+  runs = {}
+  for me in (0, 1):
+    job = {**env, "MJBATCH_JAX_START_TIMEOUT": "3", "MJBATCH_JAX_NUM_PROCESSES": "2",
+           "MJBATCH_JAX_PROCESS_ID": str(me),
+           "MJBATCH_JAX_COORDINATOR": f"127.0.0.1:{launch.free_port()}"}
+    runs[me] = subprocess.Popen([sys.executable, "-c", SETUP_ONLY], env=job, cwd=ROOT,
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+  outs = {me: proc.communicate(timeout=90) for me, proc in runs.items()}
+  for me, proc in runs.items():
+    assert proc.returncode == distributed.EXIT_PEER_LOST, outs[me][1][-3000:]
+    assert "PeerLostError" in outs[me][1] and "Check failure" not in outs[me][1]
+  assert "process 1 of 2 never arrived at the coordinator" in outs[0][1], outs[0][1][-2000:]
+  assert "process 0 never answered at the coordinator" in outs[1][1], outs[1][1][-2000:]
+
+
+@pytest.mark.slow
+def test_a_process_that_leaves_before_setup_is_named(tmp_path, env):
+  script = tmp_path / "leave.py"
+  script.write_text(SETUP_ONLY)
+  out = run_launcher(["-n", "2", str(script), "leave"],
+                     {**env, "MJBATCH_JAX_START_TIMEOUT": "5"}, tmp_path)
+  survivor = "\n".join(lines_of(out.stderr, 0))
+  assert "PeerLostError" in survivor and "process 1 of 2 never arrived" in survivor, out.stderr
+  assert "exited with code 75" in out.stderr, out.stderr[-3000:]

@@ -46,6 +46,7 @@ def summary(out: str) -> dict:
   return json.loads(out.strip().splitlines()[-1])
 
 
+@pytest.mark.slow
 def test_cartpole_mpc(tmp_path):
   out = run("cartpole_mpc.py", "--results", str(tmp_path))
   assert summary(out)["final_tilt"] < 0.2
@@ -57,6 +58,7 @@ def test_cartpole_mpc(tmp_path):
   assert summary(out)["final_tilt"] < 0.2
 
 
+@pytest.mark.slow
 def test_cartpole_swingup(tmp_path):
   out = run("cartpole_swingup.py", "--results", str(tmp_path))
   result = summary(out)
@@ -72,6 +74,7 @@ def test_cartpole_swingup(tmp_path):
   assert (tmp_path / "cartpole_swingup.png").is_file()
 
 
+@pytest.mark.slow
 def test_g1_tracking(tmp_path):
   from tests.models import G1, MODELS_MISSING
 
@@ -125,6 +128,7 @@ def _refusal(script: str, *args: str) -> tuple[int, str]:
   return done.returncode, done.stderr
 
 
+@pytest.mark.slow
 def test_arm_throw(tmp_path):
   # A reduced size: 4 searches of 16 candidates x 4 CEM iterations (the full run: 4 x 256 x 60).
   out = run("arm_throw.py", "--population", "16", "--iterations", "4", "--results",
@@ -146,6 +150,7 @@ def test_arm_throw(tmp_path):
   assert (tmp_path / "arm_throw.png").is_file()
 
 
+@pytest.mark.slow
 def test_arm_throw_refuses_bad_flags(tmp_path):
   code, err = _refusal("arm_throw.py", "--population", "4")
   assert code == 2 and "--population: must be an integer in [8," in err
@@ -163,6 +168,7 @@ def test_arm_throw_refuses_bad_flags(tmp_path):
   assert code == 1 and "not a result saved by an example" in err
 
 
+@pytest.mark.slow
 def test_sysid_identifiability(tmp_path):
   # A reduced size: 200 commands (4 windows of 50), at most 10 LM iterations per excitation.
   result = tmp_path / "sysid.npz"
@@ -206,6 +212,7 @@ def test_sysid_identifiability(tmp_path):
     np.testing.assert_allclose(two["heldout"], one["heldout"], rtol=0, atol=1e-9)  # rad
 
 
+@pytest.mark.slow
 def test_sysid_refuses_bad_flags(tmp_path):
   code, err = _refusal("sysid.py", "--samples", "130")
   assert code == 2 and "multiple of --window" in err
@@ -228,6 +235,7 @@ def test_sysid_refuses_bad_flags(tmp_path):
   assert code == 1 and "another version of the arm" in err
 
 
+@pytest.mark.slow
 def test_go1_joystick(tmp_path):
   # One tiny PPO iteration, then a short --play of the policy it saved: the plumbing, not the
   # learning (that takes tens of minutes, see examples/go1_joystick.py).

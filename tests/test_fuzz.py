@@ -400,6 +400,144 @@ CASES = [
       raise AssertionError("no FatalError")
     assert ext.trapped_error("again") == "again"
     """), ("ok",)),
+  # Round three: bounds, flags and names that used to pass silently or fail late.
+  ("forward qH", "mjbatch_jax.forward(state, params, ('qH',))",
+   ("raises", "ValueError", "scratch of mj_step's integrators")),
+  ("observe qLU in step", "mjbatch_jax.step(state, ctrl, params, observe=('qLU',), "
+   "observe_at='step')", ("raises", "ValueError", "scratch")),
+  ("observe cacc in step", "mjbatch_jax.step(state, ctrl, params, observe=('cacc',), "
+   "observe_at='step')", ("raises", "ValueError", "observe_at='new'")),
+  ("forward energy without the flag", "mjbatch_jax.forward(state, params, ('energy',))",
+   ("raises", "ValueError", "energy flag")),
+  ("forward energy with the flag", textwrap.dedent("""
+    own = mujoco.MjModel.from_xml_string(XML)
+    own.opt.enableflags |= mujoco.mjtEnableBit.mjENBL_ENERGY
+    with mjbatch_jax.Simulator(own, num_threads=1) as s:
+      x = s.init_state(N).at[:, s.layout.qvel].set(0.5)
+      got = mjbatch_jax.forward(x, s.params(N), ('energy',))['energy']
+      d = mujoco.MjData(own)
+      mujoco.mj_setState(own, d, np.asarray(x[0]), mujoco.mjtState.mjSTATE_INTEGRATION)
+      mujoco.mj_forward(own, d)
+      np.testing.assert_array_equal(got[0], d.energy)
+      assert got.shape == (N, 2) and d.energy[1] > 0
+    """), ("ok",)),
+  ("randomize low above high",
+   "mjbatch_jax.randomize(jax.random.key(0), params, uniform={'body_mass': (2.0, 1.0)})",
+   ("raises", "ValueError", "low <= high")),
+  ("randomize infinite bound",
+   "mjbatch_jax.randomize(jax.random.key(0), params, scale={'body_mass': (0.5, np.inf)})",
+   ("raises", "ValueError", "finite")),
+  ("randomize NaN bound",
+   "mjbatch_jax.randomize(jax.random.key(0), params, uniform={'body_mass': (np.nan, 1.0)})",
+   ("raises", "ValueError", "finite")),
+  ("randomize log_uniform from 0",
+   "mjbatch_jax.randomize(jax.random.key(0), params, log_uniform={'body_mass': (0.0, 1.0)})",
+   ("raises", "ValueError", "> 0")),
+  ("randomize bounds not a pair",
+   "mjbatch_jax.randomize(jax.random.key(0), params, uniform={'body_mass': 1.0})",
+   ("raises", "ValueError", "pair")),
+  ("init_state keyframe True", textwrap.dedent("""
+    own = mujoco.MjModel.from_xml_string(XML.replace('</actuator>',
+        '</actuator><keyframe><key qpos="0 0"/><key qpos="1 1"/></keyframe>'))
+    with mjbatch_jax.Simulator(own, num_threads=1) as s:
+      s.init_state(N, keyframe=True)
+    """), ("raises", "ValueError", "keyframe")),
+  ("step observe_at typo without observe",
+   "mjbatch_jax.step(state, ctrl, params, observe_at='bogus')",
+   ("raises", "ValueError", "observe_at")),
+  ("rollout observe_at typo without observe",
+   "mjbatch_jax.rollout(state, ctrls, params, observe_at='bogus')",
+   ("raises", "ValueError", "observe_at")),
+  ("select nothing", "sim.params(N, ('body_mass',), select={'body_mass': []})",
+   ("raises", "ValueError", "empty")),
+  ("select dofs by joint name", textwrap.dedent("""
+    p = sim.params(N, ('dof_damping', 'qpos0'),
+                   select={'dof_damping': ['hinge'], 'qpos0': ['hinge']})
+    hinge = m.joint('hinge')
+    assert p['dof_damping'].shape == (N, 1) and p['qpos0'].shape == (N, 1)
+    np.testing.assert_array_equal(p['dof_damping'][:, 0], m.dof_damping[hinge.dofadr[0]])
+    out = mjbatch_jax.step(state, ctrl, p.replace({'dof_damping': p['dof_damping'] * 0}))
+    assert out.shape == state.shape
+    """), ("ok",)),
+  ("select dofs by a joint typo",
+   "sim.params(N, ('dof_damping',), select={'dof_damping': ['hingee']})",
+   ("raises", "ValueError", "hinge")),
+  ("VmapWrapper batch_size -1", textwrap.dedent("""
+    from mjbatch_jax import envs
+    envs.VmapWrapper(envs.CartPoleBalance(), batch_size=-1)
+    """), ("raises", "ValueError", "batch_size must be an int >= 1")),
+  ("VmapWrapper batch_size 2.0", textwrap.dedent("""
+    from mjbatch_jax import envs
+    envs.VmapWrapper(envs.CartPoleBalance(), batch_size=2.0)
+    """), ("raises", "ValueError", "batch_size")),
+  ("wrappers take numpy ints", textwrap.dedent("""
+    from mjbatch_jax import envs
+    env = envs.CartPoleBalance()
+    batched = envs.VmapWrapper(env, batch_size=np.int64(2))
+    limited = envs.EpisodeWrapper(batched, np.int64(5), np.int32(1))
+    drawn = envs.DomainRandomizationWrapper(env, lambda p, rng: p, period=np.int64(3))
+    assert type(limited.episode_length) is int and type(batched.batch_size) is int
+    state = jax.jit(limited.reset)(jax.random.key(0))
+    assert state.done.shape == (2,)
+    """), ("ok",)),
+  # Python callbacks: the engine's threads cannot call them; every call refuses them up front,
+  # and a function compiled before one was installed refuses it from the handler. Each case
+  # uninstalls its callback, since the cases after it share the process.
+  *[(f"python mjcb_{kind} {how}", textwrap.dedent(f"""
+    f = jax.jit(mjbatch_jax.step)
+    f(state, ctrl, params).block_until_ready()
+    mujoco.set_mjcb_{kind}(lambda *args: {result})
+    try:
+      with mjbatch_jax.simulation_errors():
+        {call}
+    finally:
+      mujoco.set_mjcb_{kind}(None)
+    """), ("raises", "ValueError", f"mjcb_{kind} is a Python function.*set_mjcb_{kind}"))
+    for kind, result in (("control", "None"), ("passive", "None"), ("sensor", "None"),
+                         ("act_gain", "0.0"), ("contactfilter", "0"))
+    for how, call in (
+      ("step", "mjbatch_jax.step(state, ctrl, params)"),
+      ("jitted before", "f(state, ctrl, params).block_until_ready()"),
+    )],
+  *[(f"python mjcb_control {how}", textwrap.dedent(f"""
+    mujoco.set_mjcb_control(lambda m, d: None)
+    try:
+      with mjbatch_jax.simulation_errors():
+        {call}
+    finally:
+      mujoco.set_mjcb_control(None)
+    """), ("raises", "ValueError", "mjcb_control is a Python function"))
+    for how, call in (
+      ("rollout", "mjbatch_jax.rollout(state, ctrls, params)"),
+      ("forward", "mjbatch_jax.forward(state, params)"),
+      ("transition_fd", "mjbatch_jax.transition_fd(state, ctrl, params)"),
+      ("param_fd", "mjbatch_jax.param_fd(state, ctrl, params)"),
+      ("grad", "jax.grad(lambda u: mjbatch_jax.step(state, u, params).sum())(ctrl)"),
+      ("jitted rollout", "jax.jit(mjbatch_jax.rollout)(state, ctrls, params)[0]"
+                         ".block_until_ready()"),
+    )],
+  ("C callback through ctypes runs", textwrap.dedent("""
+    import ctypes
+    calls = []
+    passive = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_void_p)(
+        lambda m_, d_: calls.append(1))
+    mujoco.set_mjcb_passive(passive)
+    try:
+      mjbatch_jax.step(state, ctrl, params, nstep=2)
+    finally:
+      mujoco.set_mjcb_passive(None)
+    assert len(calls) == 2 * N, len(calls)
+    mjbatch_jax.step(state, ctrl, params)
+    """), ("ok",)),
+  ("callback uninstalled, calls run again", textwrap.dedent("""
+    mujoco.set_mjcb_control(lambda m, d: None)
+    try:
+      mjbatch_jax.step(state, ctrl, params)
+    except ValueError:
+      pass
+    mujoco.set_mjcb_control(None)
+    assert mjbatch_jax.step(state, ctrl, params).shape == state.shape
+    """), ("ok",)),
   # Threads: concurrent calls are right and use a bounded number of threads.
   ("concurrent calls bounded", textwrap.dedent("""
     s2 = mjbatch_jax.Simulator(m, num_threads=2)

@@ -66,6 +66,7 @@ np.savez(sys.argv[1], **{k: np.asarray(v) for k, v in arrays.items()})
 """
 
 
+@pytest.mark.slow
 def test_two_processes_train_as_two_devices_in_one(tmp_path):
   began = time.perf_counter()
   processes, devices, initial = (tmp_path / f"{name}.npz"
@@ -103,6 +104,7 @@ def test_two_processes_train_as_two_devices_in_one(tmp_path):
   print(f"3 runs in {time.perf_counter() - began:.0f} s")
 
 
+@pytest.mark.slow
 def test_refusals(tmp_path):
   # --num-envs must split evenly over every process's devices: each process says so and stops.
   done = subprocess.run(

@@ -1,5 +1,7 @@
 """Params that fit real use: shared leaves, selected rows, randomisation and nested replace."""
 
+from pathlib import Path
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -204,3 +206,79 @@ def test_set_const_equals_a_model_compiled_with_the_params(set_const):
                                                      set_const=not set_const).replace(
       {"body_mass": params["body_mass"], "body_inertia": params["body_inertia"]}), nstep=200)
     assert not np.array_equal(np.asarray(other)[0], got[0])
+
+
+# ---------------------------------------------------------------------------------------------
+# Checkpoints: params and env states pickle, and load where a Simulator of the same model is.
+
+_LOAD = """
+import pickle, sys
+import jax, jax.numpy as jnp, mujoco, numpy as np
+jax.config.update("jax_enable_x64", True)
+import mjbatch_jax
+from mjbatch_jax import envs
+from tests import models
+from tests.models import FREEBALL_XML
+# Another Simulator first, so that this process's engine ids differ from the saving one's.
+other = mjbatch_jax.Simulator(mujoco.MjModel.from_xml_string(models.CARTPOLE_XML))
+with open(sys.argv[1], "rb") as f:
+  saved = f.read()
+try:
+  pickle.loads(saved)
+except ValueError as e:
+  assert "no open Simulator" in str(e), e
+else:
+  raise AssertionError("loaded without a Simulator of the model")
+sim = mjbatch_jax.Simulator(models.load(FREEBALL_XML), num_threads=2)
+env = envs.CartPoleBalance()
+params, state, ctrl, env_state, action, want, want_env = pickle.loads(saved)
+assert params.spec.engine == sim.spec.engine != other.spec.engine
+np.testing.assert_array_equal(mjbatch_jax.step(state, ctrl, params), want)
+np.testing.assert_array_equal(jax.jit(env.step)(env_state, action).obs, want_env)
+print("loaded")
+"""
+
+
+def test_params_and_env_states_pickle_and_load_in_a_new_process(sim, tmp_path):
+  import pickle
+  import subprocess
+  import sys
+
+  from mjbatch_jax import envs
+
+  state, ctrl = inputs(sim)
+  params = sim.params(N, ("body_mass", "opt.gravity"), shared=("opt.gravity",),
+                      select={"body_mass": [1]}, set_const=True)
+  params = params.replace({"body_mass": params["body_mass"] * 1.5})
+  want = mjbatch_jax.step(state, ctrl, params)
+  # In this process: a round trip gives the same params, bound to the same engine.
+  again = pickle.loads(pickle.dumps(params))
+  assert again.spec == params.spec and again.spec.set_const
+  np.testing.assert_array_equal(mjbatch_jax.step(state, ctrl, again), want)
+  env = envs.CartPoleBalance()
+  env_state = jax.jit(env.reset)(jax.random.key(3))
+  action = jnp.asarray([0.5])
+  want_env = jax.jit(env.step)(env_state, action).obs
+  path = tmp_path / "checkpoint.pkl"
+  path.write_bytes(pickle.dumps((params, state, ctrl, env_state, action, want, want_env)))
+  root = Path(__file__).resolve().parents[1]
+  done = subprocess.run([sys.executable, "-c", _LOAD, str(path)], capture_output=True,
+                        text=True, timeout=300, cwd=root)
+  assert done.returncode == 0 and "loaded" in done.stdout, done.stderr[-3000:]
+
+
+def test_params_copy_and_deepcopy_and_simulators_refuse(sim):
+  import copy
+  import pickle
+
+  from mjbatch_jax import envs
+
+  params = sim.params(N, ("body_mass",))
+  for copied in (copy.copy(params), copy.deepcopy(params)):
+    assert copied.spec == params.spec
+    np.testing.assert_array_equal(copied["body_mass"], params["body_mass"])
+  env_state = jax.jit(envs.CartPoleBalance().reset)(jax.random.key(0))
+  assert copy.deepcopy(env_state).data.params.spec == env_state.data.params.spec
+  for how in (pickle.dumps, copy.copy, copy.deepcopy):
+    with pytest.raises(TypeError, match="Simulator cannot be pickled.*pickle its params"):
+      how(sim)

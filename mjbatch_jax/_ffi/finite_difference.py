@@ -13,9 +13,13 @@ from mjbatch_jax.params import SimSpec
 def call(
   state: jax.Array, ctrl: jax.Array, flat: jax.Array, spec: SimSpec, nstep: int,
   columns: Sequence[int], eps: float, centered: Sequence[bool], tangent: bool = False,
-  regime_checked: bool = True,
-) -> tuple[jax.Array, jax.Array, jax.Array, jax.Array]:
-  """next (..., nstate), sensordata (..., ns), jx (..., k, nstate or nx), jy (..., k, ns).
+  regime_checked: bool = True, observe: Sequence[str] = (), observe_sizes: Sequence[int] = (),
+) -> tuple[jax.Array, ...]:
+  """next (..., nstate), sensordata (..., ns), jx (..., k, nstate or nx), jy (..., k, ns), then
+  per observed field its values (..., size) and derivatives (..., k, size).
+
+  nstep 0 runs no substep: mj_forward alone on each copy (its sensordata and observed fields).
+  Observed fields are taken at the state after the substeps (mj_forward there).
 
   columns index each simulation's inputs: its row with ctrl written in (0 .. nstate-1), then its
   params side by side (nstate .. nstate+P-1); with tangent, its tangent-space state (positions
@@ -29,7 +33,9 @@ def call(
   lead, k = state.shape[:-1], len(columns)
   info = spec.model_info
   width = 2 * info.nv + info.na if tangent else spec.nstate
-  shapes = ((spec.nstate,), (spec.nsensordata,), (k, width), (k, spec.nsensordata))
+  shapes = [(spec.nstate,), (spec.nsensordata,), (k, width), (k, spec.nsensordata)]
+  for size in observe_sizes:
+    shapes += [(size,), (k, size)]
   ffi = jax.ffi.ffi_call(
     "mjbatch_jax_finite_difference",
     tuple(jax.ShapeDtypeStruct((*lead, *shape), state.dtype) for shape in shapes),
@@ -44,7 +50,8 @@ def call(
     return tuple(ffi(s, c, f, engine=np.int64(spec.engine), fields=spec.attribute,
                      set_const=spec.set_const,
                      nstep=np.int64(nstep), eps=np.float64(eps), tangent=bool(tangent),
-                     regime_checked=bool(regime_checked), columns=text))
+                     regime_checked=bool(regime_checked), columns=text,
+                     observe=",".join(observe)))
 
   out = without_derivatives(run, HIGHER_ORDER, state, ctrl.astype(state.dtype),
                             flat.astype(state.dtype))

@@ -19,12 +19,13 @@ from mjbatch_jax.params import SimSpec
 def call(
   state: jax.Array, ctrls: jax.Array, flat: jax.Array, spec: SimSpec, nstep: int,
   derivative_error: str = HIGHER_ORDER, observe: Sequence[str] = (),
-  observe_sizes: Sequence[int] = (), observe_new: bool = True,
+  observe_sizes: Sequence[int] = (), observe_new: bool = True, return_errors: bool = False,
 ) -> tuple[jax.Array, ...]:
   """(states (..., T, nstate), sensordata (..., T, ns), warnings, *observed (..., T, size)).
 
   observe names mjData fields copied after each knot, observe_sizes their sizes: at the new
-  state (observe_new) or as mj_step left them.
+  state (observe_new) or as mj_step left them. return_errors: a MuJoCo error in a simulation
+  does not fail the call; (...,) int32 error codes (1: failed) come last.
   """
   register()
   lead, nknot = state.shape[:-1], ctrls.shape[-2]
@@ -34,6 +35,7 @@ def call(
       jax.ShapeDtypeStruct((*lead, nknot, spec.nstate), state.dtype),
       jax.ShapeDtypeStruct((*lead, nknot, spec.nsensordata), state.dtype),
       jax.ShapeDtypeStruct((*lead, NWARNING), jnp.int32),
+      jax.ShapeDtypeStruct(lead, jnp.int32),
       *(jax.ShapeDtypeStruct((*lead, nknot, size), state.dtype) for size in observe_sizes),
     ),
     vmap_method="broadcast_all",
@@ -42,9 +44,11 @@ def call(
   def run(s: jax.Array, c: jax.Array, f: jax.Array) -> tuple:
     return tuple(ffi(s, c, f, engine=np.int64(spec.engine), nstep=np.int64(nstep),
                      fields=spec.attribute, set_const=spec.set_const,
-                     observe=",".join(observe),
+                     raise_errors=not return_errors, observe=",".join(observe),
                      observe_new=bool(observe_new)))
 
   out = without_derivatives(run, derivative_error, state, ctrls.astype(state.dtype),
                             flat.astype(state.dtype))
-  return varying_like(tuple(out), state, ctrls, flat)
+  states, sensordata, warnings, errors, *observed = varying_like(tuple(out), state, ctrls, flat)
+  extra = (errors,) if return_errors else ()
+  return (states, sensordata, warnings, *observed, *extra)

@@ -16,9 +16,13 @@ from mjbatch_jax.params import SimSpec
 
 def call(
   state: jax.Array, ctrl: jax.Array, flat: jax.Array, spec: SimSpec, nstep: int,
-  derivative_error: str = HIGHER_ORDER,
-) -> tuple[jax.Array, jax.Array]:
-  """(new state, warnings) of nstep substeps; all of state's dtype but the int32 warnings."""
+  derivative_error: str = HIGHER_ORDER, return_errors: bool = False,
+) -> tuple[jax.Array, ...]:
+  """(new state, warnings) of nstep substeps; all of state's dtype but the int32 warnings.
+
+  return_errors: a MuJoCo error in a simulation does not fail the call; (..., ) int32 error
+  codes (1: failed, its row is its input row) come last.
+  """
   register()
   lead = state.shape[:-1]
   ffi = jax.ffi.ffi_call(
@@ -26,6 +30,7 @@ def call(
     (
       jax.ShapeDtypeStruct(state.shape, state.dtype),
       jax.ShapeDtypeStruct((*lead, NWARNING), jnp.int32),
+      jax.ShapeDtypeStruct(lead, jnp.int32),
     ),
     vmap_method="broadcast_all",
     # The new rows may take the old rows' buffer: zero-copy for callers that donate the state.
@@ -34,8 +39,10 @@ def call(
 
   def run(s: jax.Array, c: jax.Array, f: jax.Array) -> tuple:
     return tuple(ffi(s, c, f, engine=np.int64(spec.engine), nstep=np.int64(nstep),
-                     fields=spec.attribute, set_const=spec.set_const))
+                     fields=spec.attribute, set_const=spec.set_const,
+                     raise_errors=not return_errors))
 
   out = without_derivatives(run, derivative_error, state, ctrl.astype(state.dtype),
                             flat.astype(state.dtype))
-  return varying_like(tuple(out), state, ctrl, flat)
+  out = varying_like(tuple(out), state, ctrl, flat)
+  return out if return_errors else out[:2]

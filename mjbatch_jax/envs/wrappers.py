@@ -13,6 +13,7 @@ from typing import Any
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from mjbatch_jax.envs.env import Env, check_action
 from mjbatch_jax.envs.state import State
@@ -81,7 +82,7 @@ class VmapWrapper(Wrapper):
 
   def __init__(self, env: Any, batch_size: int | None = None):
     super().__init__(env)
-    self.batch_size = batch_size
+    self.batch_size = None if batch_size is None else _positive_int("batch_size", batch_size)
 
   def reset(self, rng: jax.Array) -> State:
     if self.batch_size is not None:
@@ -110,12 +111,8 @@ class DomainRandomizationWrapper(Wrapper):
 
   def __init__(self, env: Any, randomization_fn: RandomizationFn, period: int | None = None):
     super().__init__(env)
-    if period is not None and (
-      not isinstance(period, int) or isinstance(period, bool) or period < 1
-    ):
-      raise ValueError(f"period must be None or an int >= 1, got {period!r}")
     self._randomization_fn = randomization_fn
-    self._period = period
+    self._period = None if period is None else _positive_int("period", period, " or None")
 
   def _draw(self, rng: jax.Array) -> Params:
     default = self.unwrapped.default_params
@@ -166,11 +163,8 @@ class EpisodeWrapper(Wrapper):
 
   def __init__(self, env: Any, episode_length: int, action_repeat: int = 1):
     super().__init__(env)
-    for name, value in (("episode_length", episode_length), ("action_repeat", action_repeat)):
-      if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-        raise ValueError(f"{name} must be an int >= 1, got {value!r}")
-    self.episode_length = episode_length
-    self.action_repeat = action_repeat
+    self.episode_length = _positive_int("episode_length", episode_length)
+    self.action_repeat = _positive_int("action_repeat", action_repeat)
 
   def reset(self, rng: jax.Array) -> State:
     state = self.env.reset(rng)
@@ -240,6 +234,13 @@ class AutoResetWrapper(Wrapper):
     data = jax.tree.map(pick, state.info[FIRST_DATA], state.data)
     obs = jax.tree.map(pick, state.info[FIRST_OBS], state.obs)
     return state.replace(data=data, obs=obs)
+
+
+def _positive_int(name: str, value: Any, alternative: str = "") -> int:
+  """value as a Python int >= 1 (numpy integers too); ValueError naming the argument otherwise."""
+  if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)) or value < 1:
+    raise ValueError(f"{name} must be an int >= 1{alternative}, got {value!r}")
+  return int(value)
 
 
 def wrap_for_brax_training(

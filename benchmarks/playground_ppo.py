@@ -1,0 +1,186 @@
+"""Brax's PPO on MuJoCo Playground's own envs, on mjbatch_jax and on MJX, for the same wall clock.
+
+Each run trains one env on one physics in a fresh process with Playground's own PPO config for
+that env (`mujoco_playground.config.*_params.brax_ppo_config`, passed to
+`brax.training.agents.ppo.train` as Playground's train_jax_ppo.py does: its networks, its
+wrap_env_fn, its learning rate, discount, entropy cost, reward scaling, episode length), scaled
+for a CPU by --cpu-scale (the default): 256 envs, batch 256 x 8 minibatches, 4 updates per
+batch and an evaluation every --iterations-per-eval iterations (Playground's GPU sizes: 2048 or
+8192 envs, batch 1024 or 256 x 32 minibatches, 16 or 4 updates, which on 2 CPU cores spend
+minutes of SGD per iteration). A run stops at the first evaluation after --budget seconds of
+wall clock, compile time included. Float32, as Playground trains.
+
+Reported per run: the eval reward against wall seconds, process CPU seconds and env steps, and
+the time to the first evaluation (compile); a plot of the curves, ours beside MJX's.
+
+  python benchmarks/playground_ppo.py --envs CartpoleBalance,Go1JoystickFlatTerrain \
+      --budget 600,600
+"""
+
+import argparse
+import functools
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from _common import RESULTS, machine_info, pyplot, write_result  # noqa: E402
+
+PHYSICS = ("mjbatch_jax", "mjx")
+
+
+class _BudgetSpent(Exception):
+  pass
+
+
+# What --cpu-scale changes in Playground's config.
+CPU_SCALE = {"num_envs": 256, "batch_size": 256, "num_minibatches": 8,
+             "num_updates_per_batch": 4, "num_resets_per_eval": 0}
+
+
+def train_one(name: str, physics: str, budget: float, iterations_per_eval: int,
+              seed: int, cpu_scale: bool) -> dict[str, Any]:
+  """One PPO run; the curve up to the first evaluation after budget seconds."""
+  import importlib
+
+  import jax
+
+  from mjbatch_jax.envs import playground
+
+  # By name: Brax and Playground are the optional playground extra.
+  ppo_networks = importlib.import_module("brax.training.agents.ppo.networks")
+  ppo = importlib.import_module("brax.training.agents.ppo.train")
+  registry = importlib.import_module("mujoco_playground").registry
+  wrapper = importlib.import_module("mujoco_playground._src.wrapper")
+  dm_control_suite_params = importlib.import_module(
+    "mujoco_playground.config.dm_control_suite_params")
+  locomotion_params = importlib.import_module("mujoco_playground.config.locomotion_params")
+
+  playground.brax_jax_compat()
+  start_wall, start_cpu = time.monotonic(), time.process_time()
+  load = playground.load if physics == "mjbatch_jax" else playground.load_mjx
+  env = load(name)
+  eval_env = load(name)
+  if name in registry.dm_control_suite.ALL_ENVS:
+    config = dm_control_suite_params.brax_ppo_config(name)
+  else:
+    config = locomotion_params.brax_ppo_config(name)
+  params = config.to_dict()
+  network = params.pop("network_factory", None)
+  network_factory = (functools.partial(ppo_networks.make_ppo_networks, **network) if network
+                     else ppo_networks.make_ppo_networks)
+  num_eval_envs = params.pop("num_eval_envs", 128)
+  playground_config = dict(params)
+  if cpu_scale:
+    params.update(CPU_SCALE)
+  # Evaluations every iterations_per_eval PPO iterations (times the resets per evaluation, which
+  # Brax runs between two evaluations), and so many of them that the budget ends the run.
+  steps_per_iteration = (params["batch_size"] * params["num_minibatches"]
+                         * params["unroll_length"] * params["action_repeat"])
+  resets = max(params.get("num_resets_per_eval", 0), 1)
+  num_evals = 10_000
+  params["num_evals"] = num_evals
+  params["num_timesteps"] = (num_evals - 1) * steps_per_iteration * resets * iterations_per_eval
+  curve: list[dict[str, float]] = []
+
+  def progress(step: int, metrics: dict[str, Any]) -> None:
+    wall, cpu = time.monotonic() - start_wall, time.process_time() - start_cpu
+    reward = float(metrics["eval/episode_reward"])
+    curve.append({"wall_s": wall, "cpu_s": cpu, "env_steps": int(step), "eval_reward": reward})
+    print(f"{name} {physics}: {wall:7.1f} s  {int(step):>11,} steps  reward {reward:8.2f}",
+          file=sys.stderr, flush=True)  # stderr: the parent passes it through as it comes
+    if wall > budget:
+      raise _BudgetSpent
+
+  try:
+    ppo.train(environment=env, eval_env=eval_env, **params, network_factory=network_factory,
+              num_eval_envs=num_eval_envs, seed=seed, wrap_env_fn=wrapper.wrap_for_brax_training,
+              progress_fn=progress)
+  except _BudgetSpent:
+    pass
+  return {
+    "env": name, "physics": physics, "budget_s": budget, "seed": seed,
+    "iterations_per_eval": iterations_per_eval, "env_steps_per_iteration": steps_per_iteration,
+    "ppo_config": {k: v for k, v in params.items() if isinstance(v, (int, float, str, bool))},
+    "playground_config": {k: v for k, v in playground_config.items()
+                          if isinstance(v, (int, float, str, bool))},
+    "cpu_scale": CPU_SCALE if cpu_scale else None,
+    "network": network, "num_eval_envs": num_eval_envs, "jax": jax.__version__,
+    "first_eval_s": curve[0]["wall_s"] if curve else None, "curve": curve,
+  }
+
+
+def main() -> None:
+  parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+  parser.add_argument("--envs", default="CartpoleBalance,Go1JoystickFlatTerrain")
+  parser.add_argument("--budget", default="600,600",
+                      help="wall-clock seconds per run, one for all envs or one per env")
+  parser.add_argument("--physics", default=",".join(PHYSICS))
+  parser.add_argument("--iterations-per-eval", type=int, default=2)
+  parser.add_argument("--playground-sizes", action="store_true",
+                      help="Playground's own (GPU) sizes instead of --cpu-scale's")
+  parser.add_argument("--seed", type=int, default=0)
+  parser.add_argument("--one", action="store_true", help="internal: a single run, JSON to stdout")
+  parser.add_argument("--out", type=Path, default=RESULTS)
+  args = parser.parse_args()
+  names = [n for n in args.envs.split(",") if n]
+  budgets = [float(b) for b in args.budget.split(",")]
+  if len(budgets) == 1:
+    budgets *= len(names)
+  if len(budgets) != len(names):
+    parser.error(f"--budget needs one value or one per env ({len(names)}), got {args.budget}")
+  physics = [p for p in args.physics.split(",") if p]
+  for p in physics:
+    if p not in PHYSICS:
+      parser.error(f"--physics takes {PHYSICS}, got {p!r}")
+  if args.one:
+    run = train_one(names[0], physics[0], budgets[0], args.iterations_per_eval, args.seed,
+                    not args.playground_sizes)
+    print("RESULT " + json.dumps(run))
+    return
+  runs = []
+  for name, budget in zip(names, budgets, strict=True):
+    for p in physics:  # each run in a fresh process: no compile cache, no memory carried over
+      command = [sys.executable, __file__, "--one", "--envs", name, "--physics", p,
+                 "--budget", str(budget), "--iterations-per-eval", str(args.iterations_per_eval),
+                 "--seed", str(args.seed)] + (["--playground-sizes"] if args.playground_sizes
+                                              else [])
+      out = subprocess.run(command, stdout=subprocess.PIPE, text=True)  # stderr: as it comes
+      lines = [line for line in (out.stdout or "").splitlines() if line.startswith("RESULT ")]
+      if out.returncode != 0 or not lines:
+        raise SystemExit(f"{name} on {p} failed")
+      runs.append(json.loads(lines[-1][len("RESULT "):]))
+      last = runs[-1]["curve"][-1]
+      print(f"{name} on {p}: {last['env_steps']:,} env steps in {last['wall_s']:.0f} s, "
+            f"eval reward {last['eval_reward']:.1f}")
+  result = {"machine": machine_info(sys.argv), "runs": runs}
+  path = write_result(args.out, "playground_ppo", result)
+  plot(runs, path.with_suffix(".png"))
+
+
+def plot(runs: list[dict[str, Any]], path: Path) -> None:
+  plt = pyplot()
+  if plt is None:
+    return
+  names = list(dict.fromkeys(run["env"] for run in runs))
+  fig, axes = plt.subplots(1, len(names), figsize=(5.5 * len(names), 4), squeeze=False)
+  for ax, name in zip(axes[0], names, strict=True):
+    for run in (r for r in runs if r["env"] == name):
+      curve = run["curve"]
+      label = "mjbatch_jax" if run["physics"] == "mjbatch_jax" else "MJX (impl jax)"
+      ax.plot([c["wall_s"] for c in curve], [c["eval_reward"] for c in curve], "o-", label=label)
+    ax.set_title(f"{name}: Brax PPO, Playground config")
+    ax.set_xlabel("wall-clock seconds (compile included)")
+    ax.set_ylabel("eval episode reward")
+    ax.legend()
+  fig.tight_layout()
+  fig.savefig(path, dpi=110)
+  print(f"wrote {path}")
+
+
+if __name__ == "__main__":
+  main()

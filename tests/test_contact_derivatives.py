@@ -1,0 +1,224 @@
+"""Derivatives through contact: right by default where a finite-difference copy crosses a switch
+of the dynamics (contact onset, limits, cone states, clamps, solver iterations)."""
+
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import mujoco
+import numpy as np
+import pytest
+
+import mjbatch_jax
+from mjbatch_jax import _rules
+from mjbatch_jax._extension import ext
+from tests import models
+from tests.models import CHEETAH_XML, GO1, SMOOTH_CARTPOLE
+
+jax.config.update("jax_enable_x64", True)
+
+SECANT = 1e-7
+
+
+def record(model: mujoco.MjModel, steps: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
+  """Rows (steps + 1, nstate) and controls (steps, nu) of plain MuJoCo under random controls
+  held for 20 steps each."""
+  rng = np.random.default_rng(seed)
+  data = mujoco.MjData(model)
+  ctrls = np.repeat(rng.uniform(-1, 1, (steps // 20 + 1, model.nu)), 20, axis=0)[:steps]
+  rows = [models.row(model, data)]
+  for u in ctrls:
+    data.ctrl[:] = u
+    mujoco.mj_step(model, data)
+    rows.append(models.row(model, data))
+  return np.array(rows), ctrls
+
+
+class CheetahIdentification:
+  """The issue's case: 4 masses and 6 dampings of the planar cheetah from multiple-shooting
+  windows of 10 steps (x64, set_const=True), the loss's directional derivatives."""
+
+  BODIES = ["torso", "bthigh", "bshin", "bfoot"]
+
+  def __init__(self, windows: int = 30, length: int = 10):
+    self.model = mujoco.MjModel.from_xml_string(CHEETAH_XML)
+    rows, ctrls = record(self.model, 20 + windows * length, seed=0)
+    self.sim = mjbatch_jax.Simulator(self.model, num_threads=2)
+    first = 20 + np.arange(windows) * length  # after the drop onto the floor
+    self.starts = jnp.asarray(rows[first])
+    self.ctrls = jnp.asarray(np.stack([ctrls[s : s + length] for s in first]))
+    layout = self.sim.layout
+    columns = np.r_[layout.qpos.start : layout.qpos.stop, layout.qvel.start : layout.qvel.stop]
+    self.columns = columns
+    targets = np.stack([rows[s + 1 : s + length + 1] for s in first])
+    self.targets = jnp.asarray(targets[..., columns])
+    self.params = self.sim.params(windows, ("body_mass", "dof_damping"),
+                                  shared=("body_mass", "dof_damping"),
+                                  select={"body_mass": self.BODIES, "dof_damping": range(3, 9)},
+                                  set_const=True)
+    self.truth = np.concatenate([np.asarray(self.params["body_mass"]),
+                                 np.asarray(self.params["dof_damping"])])
+
+  def loss(self, theta: jax.Array, eps: float | None = None, centered: bool | None = None
+           ) -> jax.Array:
+    params = mjbatch_jax.tree_replace(self.params, {"body_mass": theta[:4],
+                                                    "dof_damping": theta[4:]})
+    states, _ = mjbatch_jax.rollout(self.starts, self.ctrls, params, eps=eps, centered=centered)
+    return jnp.sum((states[..., self.columns] - self.targets) ** 2)
+
+
+def directional_errors(problem: CheetahIdentification, points: int, seed: int,
+                       variants: dict) -> tuple[dict[str, list[float]], list[bool]]:
+  """Relative errors of jax.jvp against the central secant at 1e-7, per variant and point, and
+  whether the loss is smooth there (forward and backward secants agree to 1e-3)."""
+  loss = jax.jit(problem.loss)
+  jvps = {}
+  for name, (eps, centered, checked) in variants.items():
+    _rules.REGIME_CHECKED = checked  # read when the rule is traced
+    try:
+      fn = jax.jit(lambda th, v, eps=eps, c=centered: jax.jvp(
+        lambda t: problem.loss(t, eps, c), (th,), (v,))[1])
+      fn(jnp.asarray(problem.truth), jnp.asarray(problem.truth)).block_until_ready()
+    finally:
+      _rules.REGIME_CHECKED = True
+    jvps[name] = fn
+  rng = np.random.default_rng(seed)
+  errors: dict[str, list[float]] = {name: [] for name in variants}
+  smooth = []
+  for _ in range(points):
+    theta = problem.truth * (1 + 0.3 * rng.uniform(-1, 1, 10))
+    v = rng.normal(size=10) * problem.truth
+    f0, fp, fm = (float(loss(jnp.asarray(theta + s * SECANT * v))) for s in (0, 1, -1))
+    secant = (fp - fm) / (2 * SECANT)
+    smooth.append(abs((fp - f0) - (f0 - fm)) / SECANT <= 1e-3 * abs(secant))
+    for name, fn in jvps.items():
+      errors[name].append(abs(float(fn(jnp.asarray(theta), jnp.asarray(v))) - secant)
+                          / abs(secant))
+  return errors, smooth
+
+
+def test_cheetah_identification_derivatives_are_right_by_default():
+  problem = CheetahIdentification()
+  errors, smooth = directional_errors(
+    problem, points=24, seed=0,
+    variants={"default": (None, None, True), "plain": (1e-6, False, False)})
+  problem.sim.close()
+  assert sum(smooth) >= 20, f"only {sum(smooth)} of 24 points smooth at the secant's scale"
+  default = [e for e, s in zip(errors["default"], smooth, strict=True) if s]
+  plain = [e for e, s in zip(errors["plain"], smooth, strict=True) if s]
+  # Plain forward differences at 1e-6 (the old default) cross contact switches at some points.
+  assert max(plain) > 0.01, f"plain differences were right everywhere: {max(plain):.2e}"
+  assert max(default) < 0.01, f"default derivatives off by {max(default):.2e}"
+
+
+def test_regime_checks_add_no_rows_on_a_smooth_model():
+  model = models.load(SMOOTH_CARTPOLE)
+  with mjbatch_jax.Simulator(model) as sim:
+    params = sim.params(8, ("body_mass",))
+    state = sim.init_state(8).at[:, sim.layout.qpos].set(0.3)
+    ctrls = jnp.full((8, 20, model.nu), 0.2)
+    before = ext.finite_difference_totals()
+    jax.block_until_ready(jax.jacfwd(lambda c: mjbatch_jax.rollout(state, c, params)[0])(ctrls))
+    after = ext.finite_difference_totals()
+  assert after["columns"] > before["columns"]
+  assert after["switched"] == before["switched"]
+  assert after["extra_rows"] == before["extra_rows"]
+
+
+BALL_XML = """
+<mujoco>
+  <option timestep="0.002"/>
+  <worldbody>
+    <geom type="plane" size="1 1 .1"/>
+    <body pos="0 0 1"><freejoint/><geom type="sphere" size=".1" mass="1"/></body>
+  </worldbody>
+</mujoco>
+"""
+
+
+def test_a_copy_that_leaves_the_contact_is_differenced_on_the_contact_side():
+  # A resting ball 5e-7 m into the floor: moving it up by eps = 1e-6 lifts it out of contact,
+  # and the contact carried its weight, so a plain forward difference of d(next vz)/dz measures
+  # that jump over eps. The regime-checked difference stays in contact.
+  model = mujoco.MjModel.from_xml_string(BALL_XML)
+  data = mujoco.MjData(model)
+  data.qpos[2] = 0.1 - 5e-7
+  row = models.row(model, data)
+
+  def vz_after(z_shift: float) -> float:
+    d = mujoco.MjData(model)
+    mujoco.mj_setState(model, d, row, mujoco.mjtState.mjSTATE_INTEGRATION)
+    d.qpos[2] += z_shift
+    mujoco.mj_step(model, d)
+    return float(d.qvel[2])
+
+  in_contact = (vz_after(0.0) - vz_after(-1e-8)) / 1e-8  # backward: stays in contact
+  with mjbatch_jax.Simulator(model) as sim:
+    params = sim.params(1)
+    state = jnp.asarray(row[None])
+    z = sim.layout.qpos.start + 2
+    vz = sim.layout.qvel.start + 2
+    tangent = jnp.zeros_like(state).at[0, z].set(1.0)
+    _, checked = jax.jvp(lambda s: mjbatch_jax.step(s, jnp.zeros((1, 0)), params),
+                         (state,), (tangent,))
+    _rules.REGIME_CHECKED = False
+    try:
+      _, plain = jax.jvp(lambda s: mjbatch_jax.step(s, jnp.zeros((1, 0)), params, centered=False),
+                         (state,), (tangent,))
+    finally:
+      _rules.REGIME_CHECKED = True
+    A, _ = mjbatch_jax.transition_fd(state, jnp.zeros((1, 0)), params)
+  assert abs(float(plain[0, vz]) - in_contact) > 100 * abs(in_contact)  # the jump
+  # One-sided at 1e-6 against one-sided at 1e-8: the contact's impedance curves on a 1 mm scale.
+  np.testing.assert_allclose(float(checked[0, vz]), in_contact, rtol=2e-3)
+  np.testing.assert_allclose(float(A[0, model.nv + 2, 2]), in_contact, rtol=2e-3)
+
+
+@models.requires_models
+def test_float32_transition_fd_rows_on_the_standing_go1():
+  model = models.load(GO1)
+  with mjbatch_jax.Simulator(model, num_threads=2) as sim:
+    params = sim.params(4)
+    state = sim.init_state(4, keyframe="home")
+    ctrl = jnp.broadcast_to(jnp.asarray(model.key_ctrl[0]), (4, model.nu))
+    state = mjbatch_jax.step(state, ctrl, params, nstep=300)  # standing on its feet
+    wide = mjbatch_jax.transition_fd(state, ctrl, params, method="rows")
+    narrow = mjbatch_jax.transition_fd(state.astype(jnp.float32), ctrl.astype(jnp.float32),
+                                       params, method="rows")
+  for w, n in zip(wide, narrow, strict=True):
+    assert n.dtype == jnp.float32
+    error = np.linalg.norm(np.asarray(n, np.float64) - np.asarray(w)) / np.linalg.norm(w)
+    assert error < 0.01, error
+
+
+def test_check_grads_passes_right_rules_and_catches_wrong_ones():
+  model = models.load(SMOOTH_CARTPOLE)
+  with mjbatch_jax.Simulator(model) as sim:
+    params = sim.params(2, ("body_mass",))
+    state = sim.init_state(2).at[:, sim.layout.qpos].set(0.2)
+
+    def loss(mass, ctrls):
+      p = mjbatch_jax.tree_replace(params, {"body_mass": mass})
+      return jnp.sum(mjbatch_jax.rollout(state, ctrls, p)[0] ** 2)
+
+    report = mjbatch_jax.check_grads(loss, (params["body_mass"], jnp.full((2, 10, 1), 0.3)),
+                                     directions=6)
+    assert report.passed and report.worst < 1e-4 and len(report.smooth) == 6
+    assert {d.leaf for d in report.directions} == {"[0]", "[1]", "all"}
+
+  wrong = jax.custom_jvp(jnp.sin)
+  wrong.defjvp(lambda primals, tangents: (jnp.sin(primals[0]), 1.1 * jnp.cos(primals[0])
+                                          * tangents[0]))
+  with pytest.raises(AssertionError, match="worst relative error 1.00e-01"):
+    mjbatch_jax.check_grads(lambda x: jnp.sum(wrong(x)), (jnp.arange(1.0, 4.0),))
+  # A kink within the secant's step is reported, not judged.
+  report = mjbatch_jax.check_grads(lambda x: jnp.abs(x[0]) + x[1], (jnp.array([0.0, 1.0]),),
+                                   directions=4, raise_on_failure=False)
+  assert not all(d.smooth for d in report.directions)
+  bad_arguments: list[dict[str, Any]] = [{"directions": 0}, {"rtol": -1.0},
+                                          {"step": float("nan")}]
+  for bad in bad_arguments:
+    with pytest.raises(ValueError):
+      mjbatch_jax.check_grads(jnp.sum, (jnp.ones(2),), **bad)
+  with pytest.raises(ValueError, match="floating"):
+    mjbatch_jax.check_grads(lambda i: i, (jnp.arange(3),))
