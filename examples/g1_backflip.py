@@ -70,9 +70,20 @@ jax.config.update("jax_enable_x64", True)
 import jax.numpy as jnp  # noqa: E402
 import mujoco  # noqa: E402
 import numpy as np  # noqa: E402
+from g1_tracking import (  # noqa: E402  # the seed's tracking cost: twelve bodies, its weights
+  CTRL_WEIGHT,
+  LABELS,
+  POS_THRESHOLD,
+  POS_WEIGHT,
+  ROT_THRESHOLD,
+  ROT_WEIGHT,
+  TRACKED,
+  errors,
+  tracking_cost,
+)
 
 import mjbatch_jax  # noqa: E402
-from mjbatch_jax import control, rotations, tangent  # noqa: E402
+from mjbatch_jax import control, tangent  # noqa: E402
 from mjbatch_jax.control import cost as cost_terms  # noqa: E402
 
 G = 9.81  # m/s^2, checked against the model's gravity
@@ -715,47 +726,6 @@ def _contactless(model: mujoco.MjModel) -> mujoco.MjModel:
 
 # ----------------------------------------------------------------- the model and the cost
 
-# The twelve tracked bodies, the weights and thresholds: the seed's tracking cost.
-# TODO(issue15c): import these and tracking_cost from g1_tracking once its rewrite on
-# control.ilqr lands there (same names and interface); until then they are mirrored here.
-TRACKED = ("pelvis", "torso_link", "left_knee_link", "right_knee_link", "left_ankle_roll_link",
-           "right_ankle_roll_link", "left_shoulder_roll_link", "right_shoulder_roll_link",
-           "left_elbow_link", "right_elbow_link", "left_wrist_yaw_link", "right_wrist_yaw_link")
-LABELS = tuple(n.replace("_link", "").replace("_roll", "").replace("wrist_yaw", "hand")
-               .replace("_", " ") for n in TRACKED)
-POS_WEIGHT = np.array([[1.0, 1.0, 1000.0]] + [[100.0] * 3] * 11)
-ROT_WEIGHT, CTRL_WEIGHT = 10.0, 0.01
-POS_THRESHOLD, ROT_THRESHOLD = 0.05, 0.25
-
-
-def errors(xpos, xquat, ref_pos, ref_quat):
-  """(..., 12, 6) position (m) and orientation (rad) errors of the tracked bodies' poses."""
-  pos = xpos - ref_pos
-  drift = pos[..., :1, :] * jnp.array([1.0, 1.0, 0.0])  # the root's horizontal looseness
-  pos = jnp.concatenate([pos[..., :1, :], pos[..., 1:, :] - drift], axis=-2)
-  return jnp.concatenate([pos, rotations.difference(xquat, ref_quat)], axis=-1)
-
-
-def tracking_cost(sim: mjbatch_jax.Simulator, ref: dict) -> control.Cost:
-  """State t against frame min(t, F - 1); control t against the angles of frame t + 1."""
-  frames, ids = len(ref["qpos"]), np.asarray(sim.names.bodies(list(TRACKED)))
-  ref_pos, ref_quat = jnp.asarray(ref["xpos"]), jnp.asarray(ref["xquat"])
-  ctrl_ref = jnp.asarray(ref["qpos"][:, 7:])
-  scale = np.concatenate([np.sqrt(POS_WEIGHT), np.full((12, 3), np.sqrt(ROT_WEIGHT))], axis=1)
-
-  def residual(x, u, obs, t):
-    i = jnp.minimum(t, frames - 1)
-    e = errors(obs["xpos"][ids], obs["xquat"][ids], ref_pos[i], ref_quat[i]) * scale
-    return jnp.concatenate([e[:, :3].ravel(), e[:, 3:].ravel(),
-                            u - ctrl_ref[jnp.minimum(t + 1, frames - 1)]])
-
-  knee = np.sqrt(POS_WEIGHT.max(axis=1)) * POS_THRESHOLD
-  terms = [control.Term(3, 2.0, "huber", float(k)) for k in knee]
-  terms += [control.Term(3, 2.0, "huber", float(np.sqrt(ROT_WEIGHT) * ROT_THRESHOLD))] * 12
-  terms.append(control.Term(sim.nu, 2 * CTRL_WEIGHT * np.r_[np.ones(frames), 0.0]))
-  return control.Cost(residual, tuple(terms), observe=("xpos", "xquat"))
-
-
 # The floor's contacts, as contact sensors added to the model (sensors do not change the
 # physics): with each foot, and with any body of the robot.
 CONTACT_SENSORS = (("left foot", "left_ankle_roll_link"), ("right foot", "right_ankle_roll_link"),
@@ -764,12 +734,9 @@ PELVIS_UPRIGHT = 0.6  # m: standing after the landing means the pelvis above thi
 MIN_FLIGHT = 0.1  # s: a shorter stretch off the floor is a stumble, not a jump to land from
 
 
-def load_model(path: Path) -> mujoco.MjModel:
+def load_model(path: Path | None) -> mujoco.MjModel:
   """The G1 scene with floor-contact sensors; SystemExit saying what is wrong otherwise."""
-  path = Path(path)
-  if not path.exists():
-    raise SystemExit(f"no model at {path}: pass --model PATH to the Unitree G1's scene.xml "
-                     "(MuJoCo Menagerie's unitree_g1)")
+  path = common.robot_scene(path, "unitree_g1")
   spec = mujoco.MjSpec.from_file(str(path))
   bodies = {b.name for b in spec.bodies}
   missing = [name for name in (*TRACKED, *FEET) if name not in bodies]
@@ -1018,16 +985,14 @@ def cem(sim, cost: control.Cost, start, base: np.ndarray, t_push: float, nstep: 
   best_z, best = mean, jnp.inf
   for i in range(iterations):
     key, sub = jax.random.split(key)
-    z = mean + std * jax.random.normal(sub, (samples, mean.shape[0]))
-    z = z.at[0].set(best_z if i else mean)  # the best so far stays a candidate
+    z = control.gaussian_samples(sub, mean, std, samples)  # the mean is candidate 0
+    z = z.at[1].set(best_z)  # and the best so far candidate 1
     costs = evaluate(z)
-    order = jnp.argsort(costs)
-    elite = z[order[:elites]]
-    mean, std = elite.mean(axis=0), elite.std(axis=0) + 0.01
-    if costs[order[0]] < best:
-      best, best_z = costs[order[0]], z[order[0]]
+    mean, std = control.cem_update(mean, std, z, costs, elites, std_min=0.01)
+    if costs.min() < best:
+      best, best_z = costs.min(), z[jnp.argmin(costs)]
     log(f"CEM {i + 1:3d}: best {float(best):10.1f}  elite mean "
-        f"{float(costs[order[:elites]].mean()):10.1f}")
+        f"{float(jnp.sort(costs)[:elites].mean()):10.1f}")
   return plan(best_z)
 
 
@@ -1436,7 +1401,7 @@ def plots(model: mujoco.MjModel, result: dict, clip: dict, nstep: int, path: Pat
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
   parser = argparse.ArgumentParser(description="A backflip on the Unitree G1: a physics-built "
                                    "reference tracked whole-body by iLQR.")
-  parser.add_argument("--model", type=Path, default=common.G1_SCENE,
+  parser.add_argument("--model", type=Path, default=None,
                       help="the G1's scene.xml (default: ../shared/models/unitree_g1)")
   parser.add_argument("--frames", type=common.int_in(2, CLIP_FRAMES, f"the clip has "
                                                      f"{CLIP_FRAMES} frames"),
