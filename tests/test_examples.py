@@ -248,3 +248,62 @@ def test_sysid_refuses_bad_flags(tmp_path):
   assert code == 1 and "another version of the model" in err
 
 
+@pytest.mark.slow
+def test_g1_backflip(tmp_path):
+  """The whole pipeline at a reduced size; the saved plan replays bit for bit; bad inputs."""
+  import json
+
+  from tests.models import G1, MODELS_MISSING
+
+  if not G1.exists():
+    pytest.skip(MODELS_MISSING)
+  plan_path = tmp_path / "flip.npz"
+  # The clip's first 24 frames, one CEM iteration of 8 candidates, one iLQR iteration, the
+  # closed loop on 2 randomised robots.
+  small = ("--frames", "24", "--samples", "8", "--cem-iterations", "1", "--iterations", "1",
+           "--robust", "2", "--threads", "2")
+  out = run("g1_backflip.py", *small, "--out", str(plan_path), timeout=2400)
+  assert "feasibility: peak torque / limit:" in out
+  assert number(r"L = (-[\d.]+) kg m\^2/s", out) < 0  # a backward turn
+  summary = json.loads(out.strip().splitlines()[-1])
+  assert set(summary) == {"rotation_rad", "flight_s", "apex_m", "landed", "upright_s",
+                          "mean_pos_err_mm", "mean_rot_err_deg", "open_loop_landed",
+                          "robust_landed_share"}
+  assert "open-loop replay differs from the plan's states by 0.0e+00" in out
+  arrays, meta = common_module().load_result(plan_path, "g1_backflip")
+  assert arrays["ctrl"].shape == (24, 29) and arrays["states"].shape[0] == 25
+  assert arrays["gains"].shape == (24, 29, 70)
+  assert meta["frames"] == 24
+
+  # --play in a fresh process: the same replay, bit for bit, and the same numbers.
+  replay = run("g1_backflip.py", "--play", "--robust", "2", "--out", str(plan_path),
+               timeout=1800)
+  assert "open-loop replay differs from the plan's states by 0.0e+00" in replay
+  assert json.loads(replay.strip().splitlines()[-1]) == summary
+  assert plan_path.with_suffix(".png").exists()
+
+  # Bad inputs: clear errors, no tracebacks.
+  code, err = _refusal("g1_backflip.py", "--play", "--out", str(tmp_path / "none.npz"))
+  assert code == 1 and "no result file" in err
+  other = tmp_path / "other.npz"  # a plan saved for another version of the model or task
+  common_module().save_result(other, "g1_backflip", arrays, meta, version="0" * 16)
+  code, err = _refusal("g1_backflip.py", "--play", "--out", str(other))
+  assert code == 1 and "another version" in err
+  code, err = _refusal("g1_backflip.py", "--frames", "500")
+  assert code == 2 and "must be an integer in [2, 200]" in err
+  model = tmp_path / "ball.xml"
+  model.write_text('<mujoco><worldbody><geom name="floor" type="plane" size="1 1 .1"/>'
+                   '<body name="pelvis"><freejoint/><geom size=".1"/></body></worldbody>'
+                   '</mujoco>')
+  code, err = _refusal("g1_backflip.py", "--reference", "--model", str(model))
+  assert code == 1 and "has no bodies named" in err and "torso_link" in err
+
+
+def common_module():
+  """examples/common.py, as the examples import it."""
+  sys.path.insert(0, str(EXAMPLES))
+  try:
+    import common  # pyright: ignore[reportMissingImports]  (as the examples do)
+  finally:
+    sys.path.remove(str(EXAMPLES))
+  return common

@@ -1,0 +1,1438 @@
+"""A backflip on the Unitree G1: a reference built from physics, tracked whole-body by iLQR.
+
+  python examples/g1_backflip.py [--frames 200] [--samples 96] [--iterations 12] [--threads 0]
+  python examples/g1_backflip.py --reference        # build the reference, check it, stop
+  python examples/g1_backflip.py --play [--profile] # replay the saved plan: metrics, plots, GIF
+
+The reference (no motion-capture clip ships offline, so it is made here), 200 frames of 0.02 s:
+
+- stand; crouch (the arms swing back, the waist keeps the torso upright); push off at constant
+  acceleration of the centre of mass to the take-off velocity, the arms swinging forward and up
+  and the pelvis turning back; a ballistic flight; the tucked backward turn; landing on both
+  feet, the fall stopped at constant deceleration; settling; standing up; standing;
+- in flight the centre of mass follows the parabola of the take-off velocity under g: the flight
+  time is when it brings the centre of mass to the landing pose's height, the apex v_z^2 / 2g
+  above take-off. The angular momentum about the centre of mass is constant, so the pelvis's
+  pitch rate is (L - h) / I, with I(q) the whole body's pitch inertia about its centre of mass
+  and h(q, dq) the momentum of the joints' own motion (mj_subtreeVel) as the legs tuck and the
+  arms come down. L is the one value that turns the pelvis a full turn back from its take-off
+  pitch to its landing pitch; the push's pitch rate at take-off is then solved (secant steps)
+  so that the ground phase hands exactly that L to the flight. At take-off the legs stop
+  extending and at touchdown the feet stop: both change joint velocities at once, not the whole
+  body's momentum, and derivatives are taken on each side;
+- joint angles at every frame of a 5 ms grid by Gauss-Newton on MuJoCo's Jacobians (mj_jacBody,
+  mj_jacSubtreeCom): feet fixed on the floor, centre of mass and pelvis pitch on their paths,
+  arms and waist as joint targets, a posture in the null space; in flight the tuck is solved in
+  the pelvis frame and the root placed by the momentum and the parabola.
+
+Feasibility: the reference's velocities and accelerations go through inverse dynamics
+(mj_inverse without contacts): the root's rows give the wrench the floor must supply, split
+between the feet; the rest are joint torques, compared with the G1's actuator limits
+(jnt_actfrcrange), per phase. The floor must push, within the friction cone, with each foot's
+centre of pressure under its sole. The take-off velocity, apex, flight time, angular momentum and
+the worst margins are printed: the shared G1 cannot do this flip (see the printout), mostly
+because flat feet leave the pelvis and torso to make L, which takes a whip the hips and waist
+cannot give. The plan that iLQR finds is what the robot can do nearest to it: the simulation
+clamps every joint's torque at its limit.
+
+Tracking: the seed's cost (twelve bodies, weights per m^2 and rad^2, Huber-like above a
+threshold, the root loose in x/y and 1000x tighter in z) against the reference, over 200 knots
+of 10 physics steps. The warm start is the better of the reference's joint angles and its
+inverse-dynamics servo targets as the servos' targets; a cross-entropy search over whole-body
+synergy offsets at knots (one rollout call of all candidates per iteration) improves it; then
+`control.ilqr` (one transition_fd call per iteration, contact-rich take-off and landing).
+
+Replays: open-loop (the controls) and closed-loop with the plan's time-varying gains (the state
+measured each knot, u = ctrl + K dx), both from the same start, one rollout call per knot and
+every physics step's floor contacts from contact sensors added to the model (they do not change
+the physics); the closed loop again on randomised robots (link masses x[0.9, 1.1], floor
+friction [0.6, 1.0]) as the rows of the same calls. The last line printed is one JSON object:
+rotation_rad, flight_s, apex_m, landed, upright_s, mean_pos_err_mm, mean_rot_err_deg,
+open_loop_landed, robust_landed_share. --profile times an iLQR iteration against its physics
+calls on 1 and 2 threads.
+"""
+
+import argparse
+import copy
+import dataclasses
+import os
+import sys
+from pathlib import Path
+
+# --play renders headless; the GL backend is chosen when mujoco first renders.
+os.environ.setdefault("MUJOCO_GL", "egl")
+
+import common  # noqa: E402
+import jax  # noqa: E402
+
+jax.config.update("jax_enable_x64", True)
+
+import jax.numpy as jnp  # noqa: E402
+import mujoco  # noqa: E402
+import numpy as np  # noqa: E402
+from g1_tracking import (  # noqa: E402  # the seed's tracking cost: twelve bodies, its weights
+  CTRL_WEIGHT,
+  LABELS,
+  POS_THRESHOLD,
+  POS_WEIGHT,
+  ROT_THRESHOLD,
+  ROT_WEIGHT,
+  TRACKED,
+  errors,
+  tracking_cost,
+)
+
+import mjbatch_jax  # noqa: E402
+from mjbatch_jax import control, tangent  # noqa: E402
+from mjbatch_jax.control import cost as cost_terms  # noqa: E402
+
+G = 9.81  # m/s^2, checked against the model's gravity
+FRAME_DT = 0.02  # s per frame of the clip and per knot of the plan
+FINE = 4  # the reference is built on a grid FINE times finer, for its derivatives
+CLIP_FRAMES = 200
+FEET = ("left_ankle_roll_link", "right_ankle_roll_link")
+SIDES = ("left", "right")
+# The sole: the four contact spheres of each foot (radius 0.005) in the ankle roll link's frame.
+SOLE_X = (-0.05, 0.12)  # m, heel and toe
+SOLE_HALF_WIDTH = 0.025  # m, the inner edge of the narrower (heel) pair
+SOLE_Z = -0.035  # m, the sole's height under the ankle roll link
+
+
+# ------------------------------------------------------------------------------ small helpers
+
+
+def quintic(p0, v0, a0, p1, v1, a1, duration: float, t):
+  """The quintic from (position, velocity, acceleration) at 0 to those at duration, at t."""
+  p0, v0, a0, p1, v1, a1 = (np.asarray(x, float) for x in (p0, v0, a0, p1, v1, a1))
+  T = duration
+  s = np.clip(np.asarray(t, float) / T, 0.0, 1.0)
+  s = s.reshape(s.shape + (1,) * p0.ndim)
+  # Coefficients of the normalised polynomial in s (velocities scaled by T, accelerations T^2).
+  c0, c1, c2 = p0, v0 * T, 0.5 * a0 * T * T
+  d = p1 - c0 - c1 - c2
+  e = v1 * T - c1 - 2 * c2
+  f = a1 * T * T - 2 * c2
+  c3 = 10 * d - 4 * e + 0.5 * f
+  c4 = -15 * d + 7 * e - f
+  c5 = 6 * d - 3 * e + 0.5 * f
+  return c0 + s * (c1 + s * (c2 + s * (c3 + s * (c4 + s * c5))))
+
+
+def pitch_quat(angle: float) -> np.ndarray:
+  """A rotation by angle about the world's y axis (positive: nose down)."""
+  return np.array([np.cos(angle / 2), 0.0, np.sin(angle / 2), 0.0])
+
+
+def pitch_of(xmat: np.ndarray) -> float:
+  """The pitch of a frame about y, from where its x axis points in the x-z plane."""
+  m = np.asarray(xmat).reshape(3, 3)
+  return float(np.arctan2(-m[2, 0], m[0, 0]))
+
+
+def _wrap(angle: float) -> float:
+  """angle in (-pi, pi]."""
+  return float(np.angle(np.exp(1j * angle)))
+
+
+def rotation_error(target: np.ndarray, current: np.ndarray, xmat: np.ndarray) -> np.ndarray:
+  """World-frame rotation vector taking current to target (mj_jacBody's jacr is world-frame)."""
+  local = np.zeros(3)
+  mujoco.mju_subQuat(local, target, current)
+  return np.asarray(xmat).reshape(3, 3) @ local
+
+
+# ------------------------------------------------------------------------------------ the flip
+
+
+@dataclasses.dataclass(frozen=True)
+class Flip:
+  """What shapes the flip. Times in s, heights in m, angles in rad (pitch: positive nose down).
+
+  Centre-of-mass positions along x are relative to the ankles; heights are above the floor.
+  Upper-body poses are (shoulder pitch, elbow, waist pitch): the waist tilts the torso relative
+  to the pelvis (positive: forward).
+  """
+
+  stand_s: float = 0.20  # standing still at the start
+  crouch_s: float = 0.60  # down into the crouch, the arms swinging back
+  tuck_in_s: float = 0.20  # in flight: from take-off to the full tuck
+  tuck_out_s: float = 0.15  # in flight: from the full tuck to the landing pose
+  catch_s: float = 0.25  # after touchdown: the pelvis's turn stopped (at least the fall's stop)
+  settle_s: float = 0.40  # then the centre of mass settles over the feet in the crouch
+  rise_s: float = 0.80  # standing up
+  stand_com: float = 0.665  # standing, knees slightly bent
+  com_ahead: float = 0.02  # standing and crouched
+  crouch_com: float = 0.40
+  crouch_pitch: float = 0.60  # the pelvis leaning forward in the crouch ...
+  # The push: the centre of mass rises from the crouch to take-off at constant acceleration (its
+  # duration follows), the pelvis turns back to its take-off pitch.
+  takeoff_com: float = 0.70
+  takeoff_com_x: float = -0.02
+  takeoff_vz: float = 3.5  # vertical take-off velocity (m/s): the flight time follows
+  takeoff_vx: float = -0.3  # horizontal take-off velocity (m/s, negative: backwards)
+  takeoff_pitch: float = 0.30
+  # In flight the pelvis turns back a full turn plus the take-off pitch less the landing pitch. The
+  # waist and hips flex from take-off to landing, which turns the light pelvis further back than
+  # the rest of the body (the pitch counted is the pelvis's).
+  landing_pitch: float = 0.20
+  tuck_hip_pitch: float = -2.4  # the tuck as joint angles; in flight the target is the pose of
+  tuck_knee: float = 2.6  # the feet in the pelvis frame that these give
+  tuck_ankle: float = -0.3
+  landing_com: float = 0.58  # at touchdown: the height ends the flight
+  landing_com_x: float = 0.12
+  absorb_com: float = 0.42  # at the bottom of the landing
+  absorb_pitch: float = 0.60
+  # Upper body: (shoulder pitch, elbow, waist pitch). The G1's shoulders have 25 N m: the swing
+  # is slow; the waist keeps the torso upright while the pelvis leans, and arches at take-off.
+  stand_upper: tuple = (0.2, 1.28, 0.0)
+  crouch_upper: tuple = (0.5, 0.6, -0.45)
+  takeoff_upper: tuple = (-1.4, 0.4, -0.45)
+  landing_upper: tuple = (-0.8, 0.6, 0.40)
+  arm_rate: float = 0.0  # shoulder pitch rate at take-off (negative: still swinging up)
+
+  def scaled(self, **changes) -> "Flip":
+    return dataclasses.replace(self, **changes)
+
+
+# ----------------------------------------------------------------- inverse kinematics
+
+
+class IK:
+  """Damped least squares on MuJoCo's Jacobians, one frame's task targets at a time.
+
+  Targets (a dict): "feet": {body: (pos, quat)} world poses; "com": (3,) world position of the
+  whole body's centre of mass; "pelvis_quat": (4,); "joints": {qpos index: angle} joint-space
+  tasks (the arm swing); the free root takes part unless free_root is False (the flight's tuck,
+  solved in the pelvis frame with the pelvis at the origin).
+  """
+
+  def __init__(self, model: mujoco.MjModel, posture: np.ndarray):
+    self.model, self.data = model, mujoco.MjData(model)
+    self.posture = posture
+    self.feet = [model.body(f).id for f in FEET]
+    self.pelvis = model.body("pelvis").id
+    hinge = model.jnt_type != mujoco.mjtJoint.mjJNT_FREE
+    self.hinge_qpos = model.jnt_qposadr[hinge]
+    self.hinge_range = model.jnt_range[hinge]
+    self.hinge_limited = model.jnt_limited[hinge].astype(bool)
+    legs = np.array(["hip" in n or "knee" in n or "ankle" in n
+                     for n in (model.joint(j).name for j in np.flatnonzero(hinge))])
+    self.posture_weight = np.where(legs, 0.003, 0.1)
+
+  def kinematics(self, qpos: np.ndarray) -> mujoco.MjData:
+    self.data.qpos[:] = qpos
+    mujoco.mj_kinematics(self.model, self.data)
+    mujoco.mj_comPos(self.model, self.data)  # cdof and subtree_com, which the Jacobians read
+    return self.data
+
+  def solve(self, qpos: np.ndarray, targets: dict, iterations: int = 60,
+            free_root: bool = True) -> tuple[np.ndarray, float]:
+    """(qpos, the largest foot / centre-of-mass position error in m) after at most iterations.
+
+    Gauss-Newton with priorities: the tasks are met first (damped pseudo-inverse), the posture
+    only in their null space, so it never pulls the tasks off their targets and each frame
+    converges in a few steps to the same pose from any nearby start.
+    """
+    m, d, nv = self.model, self.data, self.model.nv
+    jacp, jacr = np.zeros((3, nv)), np.zeros((3, nv))
+    qpos = qpos.copy()
+    eye = np.eye(nv)
+    lo, hi = self.hinge_range[:, 0], self.hinge_range[:, 1]
+    error_m = np.inf
+    for _ in range(iterations):
+      self.kinematics(qpos)
+      rows, errors = [], []
+      error_m = 0.0
+      for b, (pos, quat) in zip(self.feet, targets["feet"], strict=True):
+        mujoco.mj_jacBody(m, d, jacp, jacr, b)
+        e = pos - d.xpos[b]
+        error_m = max(error_m, float(np.linalg.norm(e)))
+        rows += [jacp.copy(), jacr.copy()]
+        errors += [e, rotation_error(quat, d.xquat[b], d.xmat[b])]
+      if free_root:
+        mujoco.mj_jacSubtreeCom(m, d, jacp, self.pelvis)  # the pelvis's subtree is the robot
+        e = targets["com"] - d.subtree_com[self.pelvis]
+        error_m = max(error_m, float(np.linalg.norm(e)))
+        mujoco.mj_jacBody(m, d, None, jacr, self.pelvis)
+        rows += [jacp.copy(), jacr.copy()]
+        errors += [e, rotation_error(targets["pelvis_quat"], d.xquat[self.pelvis],
+                                     d.xmat[self.pelvis])]
+      for adr, angle in targets["joints"].items():
+        rows.append(eye[adr - 1:adr])
+        errors.append(np.array([angle - qpos[adr]]))
+      jac, error = np.concatenate(rows), np.concatenate(errors)
+      posture = self.posture[7:] - qpos[7:]
+      # Joints at a limit that the step would push further are frozen and the step solved
+      # again: clipping them afterwards would stall the others (an active set).
+      free = np.ones(nv, bool)
+      free[:6] = free_root
+      for _ in range(4):
+        j = jac * free
+        pinv = j.T @ np.linalg.inv(j @ j.T + 1e-9 * np.eye(len(j)))
+        step = pinv @ error
+        null = (eye - pinv @ j) * free
+        step += null[:, 6:] @ np.linalg.lstsq(null[6:, 6:], posture - step[6:], rcond=1e-6)[0]
+        step *= free
+        q, dq = qpos[self.hinge_qpos], step[self.hinge_qpos - 1]
+        blocked = self.hinge_limited & (((q <= lo + 1e-9) & (dq < 0)) | ((q >= hi - 1e-9) &
+                                                                        (dq > 0)))
+        if not blocked.any():
+          break
+        free[self.hinge_qpos[blocked] - 1] = False
+      step = step * min(1.0, 0.3 / max(float(np.linalg.norm(step)), 1e-12))  # trust region
+      mujoco.mj_integratePos(m, qpos, np.asarray(step, np.float64), 1.0)
+      clipped = np.clip(qpos[self.hinge_qpos], lo, hi)
+      qpos[self.hinge_qpos] = np.where(self.hinge_limited, clipped, qpos[self.hinge_qpos])
+      if np.linalg.norm(step) < 1e-9:
+        break
+    return qpos, error_m
+
+
+# --------------------------------------------------------------------------- the reference
+
+
+@dataclasses.dataclass
+class Reference:
+  """The clip on the fine grid (every FINE-th row is a frame) and what its physics needs."""
+
+  flip: Flip
+  t: np.ndarray  # (n,) s
+  qpos: np.ndarray  # (n, nq)
+  qvel: np.ndarray  # (n, nv), central differences
+  qacc: np.ndarray  # (n, nv)
+  contact: np.ndarray  # (n,) bool: the feet on the floor
+  takeoff_s: float
+  touchdown_s: float
+  flight_s: float
+  apex_m: float  # the pelvis's highest point
+  takeoff_velocity: np.ndarray  # (3,) of the centre of mass
+  momentum: float  # L, kg m^2/s about the centre of mass (negative: backwards)
+  ik_error_m: float  # the largest foot / centre-of-mass error of the IK over the clip
+  momentum_error: float  # kg m^2/s, how far the push's momentum at take-off misses L
+  takeoff_rate: float  # rad/s, the pelvis's pitch rate at take-off
+  touchdown_rate: float  # rad/s, the pelvis's pitch rate at touchdown
+
+  def frames(self, count: int | None = None) -> slice:
+    return slice(0, None if count is None else FINE * count, FINE)
+
+
+class _Builder:
+  """The reference's pieces: standing, ground phases and flight, on the fine grid."""
+
+  def __init__(self, model: mujoco.MjModel):
+    self.model = model
+    posture = model.key_qpos[0].copy()
+    # The keyframe's legs are straight, where the knee's Jacobian is singular: the posture that
+    # the IK is pulled towards bends them.
+    for side in SIDES:
+      for joint, angle in (("hip_pitch", -0.3), ("knee", 0.6), ("ankle_pitch", -0.3)):
+        posture[self.adr(f"{side}_{joint}_joint")] = angle
+    self.ik = IK(model, posture)
+    self.data = mujoco.MjData(model)
+    d = self.ik.kinematics(model.key_qpos[0])
+    self.feet = [(d.xpos[b].copy(), np.array([1.0, 0, 0, 0])) for b in self.ik.feet]
+    self.feet_centre = np.mean([p for p, _ in self.feet], axis=0)
+    self.dt = FRAME_DT / FINE
+
+  def adr(self, joint: str) -> int:
+    return int(self.model.joint(joint).qposadr[0])
+
+  def upper(self, shoulder_pitch: float, elbow: float, waist_pitch: float) -> dict:
+    """Joint-space targets of the upper body: both arms alike, the waist's pitch (its yaw and
+    roll straight). With the waist given, the centre of mass is the pelvis position's task."""
+    out = {self.adr("waist_yaw_joint"): 0.0, self.adr("waist_roll_joint"): 0.0,
+           self.adr("waist_pitch_joint"): waist_pitch}
+    for side in SIDES:
+      out[self.adr(f"{side}_shoulder_pitch_joint")] = shoulder_pitch
+      out[self.adr(f"{side}_shoulder_roll_joint")] = 0.25 if side == "left" else -0.25
+      out[self.adr(f"{side}_elbow_joint")] = elbow
+    return out
+
+  def feet_at(self, x: float) -> list:
+    """The standing feet moved to x (their centre)."""
+    shift = np.array([x - self.feet_centre[0], 0.0, 0.0])
+    return [(p + shift, q) for p, q in self.feet]
+
+  def pose(self, qpos, targets, free_root=True, iterations=60):
+    return self.ik.solve(qpos, targets, iterations, free_root)
+
+  def com_of(self, qpos: np.ndarray) -> np.ndarray:
+    return self.ik.kinematics(qpos).subtree_com[1].copy()
+
+  def momentum(self, qpos: np.ndarray, qvel: np.ndarray) -> float:
+    """The y component of the whole body's angular momentum about its centre of mass."""
+    m, d = self.model, self.data
+    d.qpos[:], d.qvel[:] = qpos, qvel
+    mujoco.mj_kinematics(m, d)
+    mujoco.mj_comPos(m, d)
+    mujoco.mj_comVel(m, d)
+    mujoco.mj_subtreeVel(m, d)
+    return float(d.subtree_angmom[1, 1])
+
+  def pitch_inertia(self, qpos: np.ndarray) -> float:
+    """The whole body's moment of inertia about the lateral axis through its centre of mass."""
+    qvel = np.zeros(self.model.nv)
+    qvel[4] = 1.0  # the root's angular velocity about its own y axis (the world's: pure pitch)
+    return self.momentum(qpos, qvel)
+
+  def velocities(self, qpos: np.ndarray) -> np.ndarray:
+    """Central differences of a fine-grid qpos sequence (one-sided at the ends)."""
+    m, n = self.model, len(qpos)
+    diff = np.zeros((n - 1, m.nv))
+    for i in range(n - 1):
+      mujoco.mj_differentiatePos(m, diff[i], self.dt, qpos[i], qpos[i + 1])
+    out = np.empty((n, m.nv))
+    out[0], out[-1] = diff[0], diff[-1]
+    out[1:-1] = 0.5 * (diff[:-1] + diff[1:])
+    return out
+
+  def stance(self, t: np.ndarray, qpos: np.ndarray, targets_at) -> tuple[np.ndarray, float]:
+    """IK at each time of a ground phase, warm-started from the previous frame."""
+    out, worst = [], 0.0
+    for ti in t:
+      qpos, error = self.pose(qpos, targets_at(ti))
+      out.append(qpos)
+      worst = max(worst, error)
+    return np.array(out).reshape(len(t), -1), worst
+
+  def pitch(self, qpos: np.ndarray) -> float:
+    rot = np.zeros(9)
+    mujoco.mju_quat2Mat(rot, qpos[3:7])
+    return pitch_of(rot)
+
+  def relative_feet(self, qpos: np.ndarray) -> np.ndarray:
+    """(2, 4): each foot's x, y, z and pitch in the pelvis frame."""
+    d = self.ik.kinematics(qpos)
+    rot = d.xmat[self.ik.pelvis].reshape(3, 3)
+    out = []
+    for b in self.ik.feet:
+      pos = rot.T @ (d.xpos[b] - d.xpos[self.ik.pelvis])
+      out.append([*pos, pitch_of(rot.T @ d.xmat[b].reshape(3, 3))])
+    return np.array(out)
+
+  def frozen(self, rel: np.ndarray) -> list:
+    """Foot targets for a tuck solved with the pelvis at the origin: rel (2, 4) as poses."""
+    return [(r[:3].copy(), pitch_quat(r[3])) for r in rel]
+
+
+def build_reference(model: mujoco.MjModel, flip: Flip, frames: int = CLIP_FRAMES,
+                    log=print) -> Reference:
+  """The whole clip, `frames` frames long; see the module docstring for the physics."""
+  b = _Builder(model)
+  dt, nq = b.dt, model.nq
+  n = FINE * (frames - 1) + 1
+  t_all = dt * np.arange(n)
+  # The push's duration: constant acceleration over the stroke (on the grid).
+  stroke = flip.takeoff_com - flip.crouch_com
+  speed = float(np.hypot(flip.takeoff_vz, flip.takeoff_vx))
+  push_s = dt * max(round(2 * stroke / flip.takeoff_vz / dt), 4)
+  t_crouch = flip.stand_s
+  t_push = t_crouch + flip.crouch_s
+  t_off = t_push + push_s
+  i_push, i_off = round(t_push / dt), round(t_off / dt)
+  if not np.isclose(i_push * dt, t_push):
+    raise ValueError(f"standing and crouching ({t_push} s) must be whole multiples of {dt} s")
+  feet = b.feet_at(b.feet_centre[0])
+  ankle_x = feet[0][0][0]
+  stand_com = np.array([ankle_x + flip.com_ahead, 0.0, flip.stand_com])
+  crouch_com = np.array([ankle_x + flip.com_ahead, 0.0, flip.crouch_com])
+
+  def ground(com, pitch, upper, feet=feet) -> dict:
+    return {"feet": feet, "com": com, "pelvis_quat": pitch_quat(pitch),
+            "joints": b.upper(*upper)}
+
+  # Standing, from the posture, to convergence; then down into the crouch.
+  stand_target = ground(stand_com, 0.0, flip.stand_upper)
+  q_stand, _ = b.pose(b.ik.posture.copy(), stand_target, iterations=500)
+
+  def before_push(ti: float) -> dict:
+    if ti <= t_crouch:
+      return stand_target
+    s = ti - t_crouch
+    com = quintic(stand_com, 0, 0, crouch_com, 0, 0, flip.crouch_s, s)
+    pitch = quintic(0.0, 0, 0, flip.crouch_pitch, 0, 0, flip.crouch_s, s)
+    upper = quintic(flip.stand_upper, 0, 0, flip.crouch_upper, 0, 0, flip.crouch_s, s)
+    return ground(com, float(pitch), upper)
+
+  q_before, err_before = b.stance(t_all[:i_push + 1], q_stand, before_push)
+
+  # The landing pose (the feet where they stood, the centre of mass above them): its feet in the
+  # pelvis frame end the flight's untuck. The tuck, from its joint angles: its feet likewise.
+  land_com = np.array([ankle_x + flip.landing_com_x, 0.0, flip.landing_com])
+  q_land, _ = b.pose(q_stand, ground(land_com, flip.landing_pitch, flip.landing_upper),
+                     iterations=500)
+  rel_land = b.relative_feet(q_land)
+  q_tuck = q_stand.copy()
+  for side in SIDES:
+    for joint, angle in (("hip_pitch", flip.tuck_hip_pitch), ("knee", flip.tuck_knee),
+                         ("ankle_pitch", flip.tuck_ankle)):
+      q_tuck[b.adr(f"{side}_{joint}_joint")] = angle
+  rel_tuck = b.relative_feet(q_tuck)
+
+  # Flight time: the parabola from the take-off height to the landing pose's, on the fine grid
+  # (the vertical take-off velocity is adjusted by less than one grid step's worth for that).
+  rise = flip.landing_com - flip.takeoff_com
+  flight = (flip.takeoff_vz + np.sqrt(flip.takeoff_vz**2 - 2 * G * rise)) / G
+  k_flight = max(round(flight / dt), 2)
+  flight = k_flight * dt
+  vz = (rise + 0.5 * G * flight**2) / flight
+  if flight < flip.tuck_in_s + flip.tuck_out_s:
+    raise ValueError(f"a flight of {flight:.3f} s is shorter than tucking in and out "
+                     f"({flip.tuck_in_s + flip.tuck_out_s:.3f} s): jump higher")
+  v_off = np.array([flip.takeoff_vx, 0.0, vz])
+  c_off = np.array([ankle_x + flip.takeoff_com_x, 0.0, flip.takeoff_com])
+  accel = 2 * (c_off - crouch_com - v_off * push_s) / push_s**2 + 2 * v_off / push_s
+  theta_down = flip.landing_pitch - 2 * np.pi
+  s_flight = dt * np.arange(k_flight + 1)
+  t_out = flight - flip.tuck_out_s
+  del speed
+
+  def push(omega_off: float):
+    """The push, ending at the take-off pitch with pitch rate omega_off."""
+    def push_at(ti: float) -> dict:
+      s = ti - t_push
+      com = quintic(crouch_com, 0, accel, c_off, v_off, accel, push_s, s)
+      pitch = quintic(flip.crouch_pitch, 0, 0, flip.takeoff_pitch, omega_off, 0, push_s, s)
+      upper = quintic(flip.crouch_upper, 0, 0, flip.takeoff_upper, (flip.arm_rate, 0, 0), 0,
+                      push_s, s)
+      return ground(com, float(pitch), upper)
+
+    return b.stance(t_all[i_push + 1:i_off + 1], q_before[-1], push_at)
+
+  def fly(q_push: np.ndarray):
+    """The flight from the push's last frames: the L that turns the pelvis to its landing pitch
+    a turn later, and the frames."""
+    # At take-off the legs stop extending: the feet leave the floor with the body (an internal
+    # impulse: it changes the joints' velocities, not the whole body's momentum).
+    rel_off = b.relative_feet(q_push[-1])
+    frozen = q_push[-1].copy()
+    frozen[:7] = (0, 0, 0, 1, 0, 0, 0)
+    q_rel, com_rel, worst = [], [], 0.0
+    for s in s_flight:
+      if s <= flip.tuck_in_s:
+        rel = quintic(rel_off, 0, 0, rel_tuck, 0, 0, flip.tuck_in_s, s)
+      else:
+        rel = quintic(rel_tuck, 0, 0, rel_land, 0, 0, flip.tuck_out_s, s - t_out)
+      upper = quintic(flip.takeoff_upper, (flip.arm_rate, 0, 0), 0, flip.landing_upper, 0, 0,
+                      flight, s)
+      frozen, error = b.pose(frozen, {"feet": b.frozen(rel), "joints": b.upper(*upper)},
+                             free_root=False)
+      worst = max(worst, error)
+      q_rel.append(frozen)
+      com_rel.append(b.com_of(frozen))
+    q_rel = np.array(q_rel)
+    # theta' = (L - own) / inertia, with the joints' own momentum (the root still) from their
+    # rates (central differences): L is the one value that turns the take-off pitch into
+    # theta_down over the flight.
+    rates = np.gradient(q_rel[:, 7:], dt, axis=0)
+    inertia = np.array([b.pitch_inertia(q) for q in q_rel])
+    own = np.array([b.momentum(q, np.r_[np.zeros(6), rate]) for q, rate in
+                    zip(q_rel, rates, strict=True)])
+    cumulative = lambda f: np.concatenate([[0.0], np.cumsum(0.5 * dt * (f[1:] + f[:-1]))])  # noqa: E731
+    inv, own_term = cumulative(1.0 / inertia), cumulative(own / inertia)
+    momentum = (theta_down - flip.takeoff_pitch + own_term[-1]) / inv[-1]
+    theta = flip.takeoff_pitch + momentum * inv - own_term
+    c = c_off + v_off * s_flight[:, None] + np.outer(0.5 * s_flight**2, [0, 0, -G])
+    q_flight = q_rel.copy()
+    for k in range(len(s_flight)):
+      rot = np.zeros(9)
+      mujoco.mju_quat2Mat(rot, pitch_quat(theta[k]))
+      q_flight[k, 3:7] = pitch_quat(theta[k])
+      q_flight[k, :3] = c[k] - rot.reshape(3, 3) @ com_rel[k]
+    return q_flight, momentum, (momentum - own[-1]) / inertia[-1], worst
+
+  # The push's take-off pitch rate that hands the flight its L: secant steps, kept inside the
+  # bracket of the last guesses whose misses differ in sign (bisection when a step leaves it).
+  guesses, misses, bracket = [-4.0, -8.0], [], None
+  while True:
+    omega = guesses[len(misses)]
+    q_push, err_push = push(omega)
+    q_flight, momentum, omega_down, err_flight = fly(q_push)
+    misses.append(b.momentum(q_push[-1], b.velocities(q_push[-3:])[-1]) - momentum)
+    if abs(misses[-1]) < 1e-3 * abs(momentum) or len(misses) == 12:
+      break
+    for other, miss in zip(guesses[:len(misses) - 1], misses[:-1], strict=True):
+      if miss * misses[-1] < 0 and (bracket is None or abs(other - omega) <
+                                    abs(bracket[1] - bracket[0])):
+        bracket = (other, omega)
+    if len(misses) >= 2:
+      slope = (misses[-1] - misses[-2]) / (guesses[len(misses) - 1] - guesses[len(misses) - 2])
+      step = guesses[len(misses) - 1] - misses[-1] / slope
+      if bracket is not None and not min(bracket) < step < max(bracket):
+        step = 0.5 * sum(bracket)
+      guesses.append(step)
+  omega_off = guesses[len(misses) - 1]
+  log(f"reference: the flight's turn needs L = {momentum:.2f} kg m^2/s; the push hands it over "
+      f"with the pelvis turning at {omega_off:.2f} rad/s at take-off (missed by "
+      f"{abs(misses[-1]):.1e} after {len(misses)} tries)")
+
+  # Landing: the feet stay where they touched down; the pelvis's turn is caught while the legs
+  # absorb the fall; then standing up and standing. Pitch continues unwrapped (a turn later).
+  i_down = i_off + k_flight
+  t_down = i_down * dt
+  d = b.ik.kinematics(q_flight[-1])
+  feet_down = [(d.xpos[f].copy(), np.array([1.0, 0, 0, 0])) for f in b.ik.feet]
+  c_down = b.com_of(q_flight[-1])
+  v_down = v_off + np.array([0, 0, -G * flight])
+  ankle_down = feet_down[0][0][0]
+  # The fall is stopped at constant deceleration over the drop to the landing crouch (its time
+  # follows), the pelvis's turn caught meanwhile; then the centre of mass settles over the feet.
+  drop = c_down[2] - flip.absorb_com
+  stop_s = 2 * drop / -v_down[2]
+  low_com = c_down + 0.5 * v_down * stop_s
+  decel = -v_down / stop_s
+  catch_s = max(stop_s, flip.catch_s)
+  settle_com = np.array([ankle_down + flip.com_ahead, 0.0, flip.absorb_com])
+  end_com = np.array([ankle_down + flip.com_ahead, 0.0, flip.stand_com])
+  t_rise = t_down + stop_s + flip.settle_s
+  if t_rise + flip.rise_s > t_all[-1]:
+    raise ValueError(f"the flip ends at {t_rise + flip.rise_s:.2f} s, after the clip's "
+                     f"{t_all[-1]:.2f} s")
+
+  def after_touchdown(ti: float) -> dict:
+    s = ti - t_down
+    pitch = quintic(flip.landing_pitch, omega_down, 0, flip.absorb_pitch, 0, 0, catch_s, s)
+    upper = flip.landing_upper
+    if s <= stop_s:
+      com = quintic(c_down, v_down, decel, low_com, 0, decel, stop_s, s)
+    elif s <= stop_s + flip.settle_s:
+      com = quintic(low_com, 0, 0, settle_com, 0, 0, flip.settle_s, s - stop_s)
+    else:
+      s -= stop_s + flip.settle_s
+      com = quintic(settle_com, 0, 0, end_com, 0, 0, flip.rise_s, s)
+      pitch = quintic(flip.absorb_pitch, 0, 0, 0.0, 0, 0, flip.rise_s, s)
+      upper = quintic(flip.landing_upper, 0, 0, flip.stand_upper, 0, 0, flip.rise_s, s)
+    return ground(com, float(pitch), upper, feet_down)
+
+  q_after, err_after = b.stance(t_all[i_down + 1:], q_flight[-1], after_touchdown)
+
+  qpos = np.concatenate([q_before, q_push, q_flight[1:], q_after])
+  assert qpos.shape == (n, nq), (qpos.shape, n)
+  # Take-off and touchdown change the joints' velocities at once: derivatives are taken within
+  # the ground phases and the flight, not across them. Row i_off holds the state just before
+  # take-off, row i_down the state just after touchdown.
+  qvel, qacc = np.zeros((n, model.nv)), np.zeros((n, model.nv))
+  for lo, hi, keep in ((0, i_off + 1, slice(0, i_off + 1)), (i_off, i_down + 1, slice(1, -1)),
+                       (i_down, n, slice(0, None))):
+    v = b.velocities(qpos[lo:hi])
+    a = np.gradient(v, dt, axis=0)
+    qvel[lo:hi][keep], qacc[lo:hi][keep] = v[keep], a[keep]
+  contact = np.ones(n, bool)
+  contact[i_off + 1:i_down] = False
+  apex = float(qpos[i_off:i_down + 1, 2].max())
+  return Reference(flip, t_all, qpos, qvel, qacc, contact, t_off, t_down, flight, apex, v_off,
+                   float(momentum), max(err_before, err_push, err_flight, err_after),
+                   abs(misses[-1]), float(omega_off), float(omega_down))
+
+
+# ---------------------------------------------------------------------------- feasibility
+
+
+@dataclasses.dataclass
+class Feasibility:
+  """What the reference asks of the robot, frame by frame on the fine grid, and the verdict."""
+
+  torque: np.ndarray  # (n, nu) joint torques by inverse dynamics
+  servo: np.ndarray  # (n, nu) position-servo targets that give those torques
+  feet_force: np.ndarray  # (n, 2, 3) each foot's force from the floor (world frame)
+  cop: np.ndarray  # (n, 2, 2) each foot's centre of pressure in its sole frame (x, y)
+  flight_wrench: float  # N, the largest root force the flight's physics leaves unexplained
+  torque_ratio: np.ndarray  # (nu,) peak |torque| / limit per actuator
+  phase_ratio: dict  # phase -> (nu,) the same within crouch, push, flight and landing
+  worst: dict  # the binding margins: name -> (value, limit)
+  ok: bool
+
+
+def feasibility(model: mujoco.MjModel, ref: Reference, friction: float = 0.6) -> Feasibility:
+  """Inverse dynamics of the reference against the G1's limits (see the module docstring)."""
+  m = _contactless(model)
+  d = mujoco.MjData(m)
+  n, nv, nu = len(ref.t), m.nv, m.nu
+  joint_of = m.actuator_trnid[:, 0]
+  dof = m.jnt_dofadr[joint_of]
+  limit = m.jnt_actfrcrange[joint_of, 1]
+  kp, kv = m.actuator_gainprm[:, 0], -m.actuator_biasprm[:, 2]
+  feet = [m.body(f).id for f in FEET]
+  torque, servo = np.zeros((n, nu)), np.zeros((n, nu))
+  feet_force, cop = np.zeros((n, 2, 3)), np.zeros((n, 2, 2))
+  flight_wrench = 0.0
+  jacp, jacr = np.zeros((3, nv)), np.zeros((3, nv))
+  # Moments are solved for in units of force times this length, so that the least-squares split
+  # between the feet weighs forces and moments alike.
+  lever = 0.1
+  for i in range(n):
+    d.qpos[:], d.qvel[:], d.qacc[:] = ref.qpos[i], ref.qvel[i], ref.qacc[i]
+    mujoco.mj_inverse(m, d)
+    qfrc = d.qfrc_inverse.copy()
+    if ref.contact[i]:
+      rows, points = [], []
+      for b in feet:
+        point = d.xpos[b] + d.xmat[b].reshape(3, 3) @ np.array([0.0, 0.0, SOLE_Z])
+        mujoco.mj_jac(m, d, jacp, jacr, point, b)
+        rows.append(np.concatenate([jacp, jacr / lever]))
+        points.append(point)
+      jac = np.concatenate(rows)  # (12, nv): the feet's wrenches to generalised forces
+      wrench = np.linalg.lstsq(jac[:, :6].T, qfrc[:6], rcond=None)[0]
+      qfrc -= jac.T @ wrench
+      for k, b in enumerate(feet):
+        force, moment = wrench[6 * k:6 * k + 3], wrench[6 * k + 3:6 * k + 6] / lever
+        feet_force[i, k] = force
+        rot = d.xmat[b].reshape(3, 3)
+        local_force, local_moment = rot.T @ force, rot.T @ moment
+        fz = max(local_force[2], 1e-9)
+        cop[i, k] = (-local_moment[1] / fz, local_moment[0] / fz)
+    else:
+      flight_wrench = max(flight_wrench, float(np.linalg.norm(qfrc[:3])))
+    torque[i] = qfrc[dof]
+    servo[i] = ref.qpos[i, m.jnt_qposadr[joint_of]] + (torque[i] + kv * ref.qvel[i, dof]) / kp
+  ratio = np.abs(torque).max(axis=0) / limit
+  # The same per phase: the impact rows (touchdown and the next two) are left out of the landing.
+  t_push = ref.flip.stand_s + ref.flip.crouch_s
+  i_down = round(ref.touchdown_s / (ref.t[1] - ref.t[0]))
+  phases = {"crouch": ref.t < t_push - 1e-9, "push": (ref.t >= t_push - 1e-9) & ref.contact
+            & (ref.t <= ref.takeoff_s + 1e-9), "flight": ~ref.contact,
+            "landing": np.arange(n) > i_down + 2}
+  phase_ratio = {name: np.abs(torque[rows]).max(axis=0) / limit for name, rows in phases.items()}
+  inside = ref.contact.copy()
+  inside[[0, -1]] = False
+  fz = feet_force[inside, :, 2]
+  slip = np.linalg.norm(feet_force[inside, :, :2], axis=-1) / np.maximum(fz, 1e-9)
+  x, y = cop[inside, :, 0], cop[inside, :, 1]
+  lo, hi = m.actuator_ctrlrange.T
+  outside_range = np.maximum(lo - servo, servo - hi).max()
+  worst_actuator = int(np.argmax(ratio))
+  worst = {
+    "torque": (float(ratio[worst_actuator]), 1.0, m.actuator(worst_actuator).name),
+    "normal force N": (float(fz.min()), 0.0),
+    "friction ratio": (float(slip.max()), friction),
+    "cop heel m": (float(x.min()), SOLE_X[0]),
+    "cop toe m": (float(x.max()), SOLE_X[1]),
+    "cop side m": (float(np.abs(y).max()), SOLE_HALF_WIDTH),
+    "servo beyond range rad": (float(outside_range), 0.0),
+  }
+  ok = (ratio.max() <= 1.0 and fz.min() > 0 and slip.max() <= friction
+        and x.min() >= SOLE_X[0] and x.max() <= SOLE_X[1]
+        and np.abs(y).max() <= SOLE_HALF_WIDTH and outside_range <= 0)
+  return Feasibility(torque, servo, feet_force, cop, flight_wrench, ratio, phase_ratio, worst,
+                     bool(ok))
+
+
+def _contactless(model: mujoco.MjModel) -> mujoco.MjModel:
+  """A copy of the model without contacts: the floor's wrench is solved for instead."""
+  m = copy.deepcopy(model)
+  m.opt.disableflags |= mujoco.mjtDisableBit.mjDSBL_CONTACT
+  return m
+
+
+# ----------------------------------------------------------------- the model and the cost
+
+# The floor's contacts, as contact sensors added to the model (sensors do not change the
+# physics): with each foot, and with any body of the robot.
+CONTACT_SENSORS = (("left foot", "left_ankle_roll_link"), ("right foot", "right_ankle_roll_link"),
+                   ("robot", None))
+PELVIS_UPRIGHT = 0.6  # m: standing after the landing means the pelvis above this
+MIN_FLIGHT = 0.1  # s: a shorter stretch off the floor is a stumble, not a jump to land from
+
+
+def load_model(path: Path | None) -> mujoco.MjModel:
+  """The G1 scene with floor-contact sensors; SystemExit saying what is wrong otherwise."""
+  path = common.robot_scene(path, "unitree_g1")
+  spec = mujoco.MjSpec.from_file(str(path))
+  bodies = {b.name for b in spec.bodies}
+  missing = [name for name in (*TRACKED, *FEET) if name not in bodies]
+  if missing:
+    raise SystemExit(f"{path} has no bodies named {sorted(set(missing))}: the tracking cost and "
+                     "the reference name the Unitree G1's bodies")
+  if "floor" not in {g.name for g in spec.geoms}:
+    raise SystemExit(f"{path}: expected a geom named 'floor' (the G1's scene.xml has one)")
+  for label, body in CONTACT_SENSORS:
+    sensor = spec.add_sensor(name=f"floor contact {label}", type=mujoco.mjtSensor.mjSENS_CONTACT)
+    sensor.objtype = mujoco.mjtObj.mjOBJ_BODY if body else mujoco.mjtObj.mjOBJ_XBODY
+    sensor.objname = body or "pelvis"
+    sensor.reftype, sensor.refname = mujoco.mjtObj.mjOBJ_GEOM, "floor"
+    sensor.intprm[0] = 1 << int(mujoco.mjtConDataField.mjCONDATA_FOUND)
+    sensor.intprm[1] = 0  # no reduction
+    sensor.intprm[2] = 1  # one slot: its "found" is the number of matching contacts
+  model = spec.compile()
+  free = mujoco.mjtJoint.mjJNT_FREE
+  if model.njnt == 0 or model.jnt_type[0] != free or np.any(model.jnt_type[1:] == free):
+    raise SystemExit(f"{path}: expected one free root joint followed by hinges, as the G1 has")
+  servo = (model.actuator_trntype == mujoco.mjtTrn.mjTRN_JOINT) & np.isclose(
+    model.actuator_gainprm[:, 0], -model.actuator_biasprm[:, 1])
+  if model.nu != model.nv - 6 or not np.all(servo):
+    raise SystemExit(f"{path}: expected one position actuator per hinge (controls are joint "
+                     "targets), as the G1 has")
+  if not np.isclose(-model.opt.gravity[2], G, rtol=1e-3):
+    raise SystemExit(f"{path}: the reference assumes g = {G} m/s^2, the model has "
+                     f"{-model.opt.gravity[2]}")
+  return model
+
+
+# -------------------------------------------------------------------------------- the clip
+
+
+def clip_of(model: mujoco.MjModel, ref: Reference, feasible: Feasibility, frames: int) -> dict:
+  """The tracker's clip: per frame, qpos and the tracked bodies' poses; per knot, the servo
+  targets that give the reference's torques over it (the initial guess)."""
+  data = mujoco.MjData(model)
+  ids = [model.body(name).id for name in TRACKED]
+  rows = ref.frames(frames)
+  qpos = ref.qpos[rows]
+  xpos, xquat = [], []
+  for q in qpos:
+    data.qpos[:] = q
+    mujoco.mj_kinematics(model, data)
+    xpos.append(data.xpos[ids].copy())
+    xquat.append(data.xquat[ids].copy())
+  # Knot t runs from frame t to frame t + 1: the mean of the fine grid's servo targets over it.
+  servo = feasible.servo[1:FINE * (frames - 1) + 1].reshape(frames - 1, FINE, -1).mean(axis=1)
+  servo = np.concatenate([servo, qpos[-1:, 7:]])  # the last knot holds the last frame
+  lo, hi = model.actuator_ctrlrange.T
+  return {"qpos": qpos, "xpos": np.array(xpos), "xquat": np.array(xquat),
+          "servo": np.clip(servo, lo, hi), "contact": ref.contact[rows]}
+
+
+def start_state(sim: mjbatch_jax.Simulator, clip: dict) -> jax.Array:
+  """At rest in the clip's first pose, the servos holding it."""
+  layout = sim.layout
+  return sim.init_state(1)[0].at[layout.qpos].set(clip["qpos"][0]).at[layout.ctrl].set(
+    clip["qpos"][0, 7:])
+
+
+# ---------------------------------------------------------------------------- replays
+
+
+def replay(sim: mjbatch_jax.Simulator, params, start, plan: dict, nstep: int, feedback
+           ) -> tuple[jax.Array, jax.Array]:
+  """The plan from start (N, nstate) on N simulations, one rollout call per knot.
+
+  feedback (N,): 1 where u_t = ctrl_t + K_t dx_t, dx_t the measured state's tangent difference
+  from the plan's state t (what a tracking controller on the robot does each knot); 0 where
+  u_t = ctrl_t (open loop: the feedback term is multiplied by zero, exactly). Returns every
+  physics step's states (N, F * nstep, nstate) and sensordata.
+  """
+  joints = tangent.Joints.of(sim.model)
+  lay = sim.layout
+  lo, hi = (jnp.asarray(b) for b in sim.model.actuator_ctrlrange.T)
+  feedback = jnp.asarray(feedback, start.dtype)[:, None]
+
+  def knot(x, inputs):
+    u, gain, nominal = inputs
+    dq = tangent.differentiate_pos(joints, nominal[lay.qpos], x[:, lay.qpos], 1.0)
+    dx = jnp.concatenate([dq, x[:, lay.qvel] - nominal[lay.qvel]], axis=-1)
+    u = jnp.clip(u + feedback * (dx @ gain.T), lo, hi)
+    held = jnp.broadcast_to(u[:, None], (x.shape[0], nstep, u.shape[-1]))
+    xs, sensors = mjbatch_jax.rollout(x, held, params)
+    return xs[:, -1], (xs, sensors)
+
+  ctrl, gains, states = (jnp.asarray(plan[k]) for k in ("ctrl", "gains", "states"))
+  _, (xs, sensors) = jax.lax.scan(knot, start, (ctrl, gains.astype(ctrl.dtype), states[:-1]))
+  return xs.swapaxes(0, 1).reshape(start.shape[0], -1, sim.nstate), sensors.swapaxes(
+    0, 1).reshape(start.shape[0], -1, sensors.shape[-1])
+
+
+def flip_metrics(qpos: np.ndarray, floor: np.ndarray, dt: float) -> dict:
+  """The flip's numbers from one replay's physics steps.
+
+  qpos (S, nq) and floor (S, 3): each step's contact counts with the floor of the left foot,
+  the right foot and the whole robot. The flight is the longest stretch with nothing on the
+  floor (a robot lying with its feet up is not flying); landing is its end.
+  """
+  feet = floor[:, 2] > 0
+  rot = np.zeros((len(qpos), 9))
+  for i, q in enumerate(qpos):
+    mujoco.mju_quat2Mat(rot[i], q[3:7])
+  pitch = np.unwrap(np.arctan2(-rot[:, 6], rot[:, 0]))
+  best, begin = (0, 0), None
+  for i, airborne in enumerate(np.r_[~feet, False]):
+    if airborne and begin is None:
+      begin = i
+    elif not airborne and begin is not None:
+      best = max(best, (i - begin, begin))
+      begin = None
+  length, off = best
+  down = off + length  # the first step on the floor again
+  height = qpos[:, 2]
+  out = {"rotation_rad": float(pitch[off] - pitch[min(down, len(pitch) - 1)]) if length else 0.0,
+         "flight_s": length * dt, "apex_m": float(height.max())}
+  after = slice(down, None)
+  only_feet = np.all(floor[after, 2] == floor[after, 0] + floor[after, 1])
+  both = np.any((floor[after, 0] > 0) & (floor[after, 1] > 0))
+  out["landed"] = bool(length * dt >= MIN_FLIGHT and down < len(qpos) and only_feet and both)
+  low = np.flatnonzero(height[after] <= PELVIS_UPRIGHT)
+  first_up = down + (low[-1] + 1 if len(low) else 0)
+  out["upright_s"] = float(max(len(qpos) - first_up, 0) * dt) if out["landed"] else 0.0
+  out["takeoff_s"], out["touchdown_s"] = off * dt, down * dt
+  return out
+
+
+def robust_params(sim: mjbatch_jax.Simulator, count: int, seed: int):
+  """count simulations with every link's mass scaled by a factor in [0.9, 1.1] and the floor's
+  sliding friction in [0.6, 1.0] (the feet's is 0.6; MuJoCo takes the larger)."""
+  params = sim.params(count, ("body_mass", "geom_friction"), select={"geom_friction": ["floor"]},
+                      set_const=True)
+  friction = sim.model.geom_friction[sim.model.geom("floor").id]
+  return mjbatch_jax.randomize(
+    jax.random.key(seed), params, scale={"body_mass": (0.9, 1.1)},
+    uniform={"geom_friction": (np.r_[0.6, friction[1:]], np.r_[1.0, friction[1:]])})
+
+
+# ------------------------------------------------------------------ the initial guess: CEM
+
+DIVERGED = np.array([mujoco.mjtWarning.mjWARN_BADQPOS, mujoco.mjtWarning.mjWARN_BADQVEL,
+                     mujoco.mjtWarning.mjWARN_BADQACC], dtype=int)
+# The sampling planner's plan: the warm start up to the push; then four phases whose knots hold
+# whole-body synergy targets (both sides alike) for a sampled time each; then a ramp to the
+# standing targets. CEM samples the knots' targets and times.
+SYNERGIES = ("hip_pitch", "knee", "ankle_pitch", "waist_pitch", "shoulder_pitch", "elbow")
+PHASES = ("push", "tuck", "open", "settle")
+# Where the search starts: (synergy targets in rad, duration in s) per phase, in the order of
+# SYNERGIES - a hard hip and knee extension with the arms swinging up, a full tuck, the legs out
+# for the landing, a crouch. These are where two earlier searches of this kind ended (48 x 10,
+# then 96 x 25 candidates x iterations, from a hand-set start: hips +1.0, knees 0.8 in the push;
+# the tuck at the joints' limits; a squat); targets beyond a joint's range are clipped to it.
+PROGRAM_START = np.array([
+  [0.616, 0.924, 0.041, 0.636, -2.202, 1.790, 0.212],
+  [-2.843, 2.047, -0.591, 0.182, -1.241, 1.411, 0.242],
+  [-1.699, 1.758, -0.666, 0.032, -0.907, 0.725, 0.151],
+  [-2.120, 2.651, -1.441, 0.617, -0.382, 0.337, 0.659],
+])
+PROGRAM_SPREAD = np.array([0.15] * len(SYNERGIES) + [0.03])  # CEM's first standard deviations
+RAMP_S = 0.6  # from the settling crouch to standing
+# What the sampling planner adds to the tracking cost (for the initial guess only: iLQR then
+# refines with the seed's cost alone): each knot from the push on that ends with a body other
+# than the feet on the floor, and each radian by which the backward turn in flight (between
+# knots that end off the floor) falls short of a full turn.
+TOUCH_PENALTY = 200.0
+TURN_PENALTY = 2000.0
+
+
+def synergy_matrix(model: mujoco.MjModel) -> np.ndarray:
+  """(len(SYNERGIES), nu): each synergy's servo targets (both sides alike)."""
+  rows = np.zeros((len(SYNERGIES), model.nu))
+  for k, joint in enumerate(SYNERGIES):
+    for i in range(model.nu):
+      name = model.actuator(i).name
+      if name.endswith(f"{joint}_joint") and (name.startswith(SIDES) or "waist" in name):
+        rows[k, i] = 1.0
+  return rows
+
+
+def program(model: mujoco.MjModel, guess: np.ndarray, t_push: float):
+  """z (len(PHASES) * 7,) -> the plan (F, nu): see PHASES."""
+  synergy = jnp.asarray(synergy_matrix(model))
+  chosen = jnp.asarray(synergy_matrix(model).sum(axis=0) > 0)
+  base = jnp.asarray(guess)
+  lo, hi = (jnp.asarray(b) for b in model.actuator_ctrlrange.T)
+  t = FRAME_DT * jnp.arange(len(base))  # each knot's start
+  stand = base[-1]
+
+  def plan(z):
+    z = z.reshape(len(PHASES), -1)
+    targets = jnp.where(chosen, z[:, :-1] @ synergy, base[None, 0])  # (P, nu)
+    ends = t_push + jnp.cumsum(jnp.clip(z[:, -1], 0.04, 1.0))
+    begins = jnp.concatenate([jnp.array([t_push]), ends[:-1]])
+    u = base
+    for k in range(len(PHASES)):
+      on = (t >= begins[k]) & (t < ends[k])
+      u = jnp.where(on[:, None], jnp.where(chosen, targets[k], base), u)
+    ramp = jnp.clip((t - ends[-1]) / RAMP_S, 0.0, 1.0)[:, None]
+    settle = jnp.where(chosen, targets[-1], base)
+    u = jnp.where((t >= ends[-1])[:, None], (1 - ramp) * settle + ramp * stand, u)
+    return jnp.clip(u, lo, hi)
+
+  return plan
+
+
+def cem(sim, cost: control.Cost, start, base: np.ndarray, t_push: float, nstep: int,
+        samples: int, iterations: int, seed: int, log=print) -> jax.Array:
+  """Cross-entropy search over the program's knots (see PHASES) for the tracking cost and the
+  flip's own terms (TOUCH_PENALTY, TURN_PENALTY); every iteration's candidates are the rows of
+  one rollout call."""
+  frames = len(base)
+  plan = program(sim.model, base, t_push)
+  weights = cost_terms.weights(cost.terms, frames)
+  params = sim.params(samples)
+  cols = floor_columns(sim)
+  quat = sim.layout.qpos.start + 3
+  pushing = jnp.asarray(FRAME_DT * np.arange(1, frames + 1) > t_push)
+
+  @jax.jit
+  def evaluate(z):
+    ctrls = jax.vmap(plan)(z)
+    x0 = jnp.broadcast_to(start, (samples, start.shape[-1]))
+    states, sensors, obs, warnings = mjbatch_jax.rollout(
+      x0, ctrls, params, nstep=nstep, observe=cost.observe, return_warnings=True)
+    held = jnp.concatenate([ctrls[:, 1:], ctrls[:, -1:]], axis=1)
+    t = jnp.broadcast_to(jnp.arange(1, frames + 1), (samples, frames))
+    r = jax.vmap(jax.vmap(cost.residual))(states, held, obs, t)
+    total = jnp.sum(cost_terms.knot_cost(cost.terms, r, weights[1:]), axis=-1)
+    floor = sensors[..., cols]
+    touches = jnp.sum(pushing & (floor[..., 2] > floor[..., 0] + floor[..., 1]), axis=-1)
+    w, x, y, zq = (states[..., quat + i] for i in range(4))
+    pitch = jnp.arctan2(-2 * (x * zq - w * y), 1 - 2 * (y * y + zq * zq))
+    turn = -jnp.angle(jnp.exp(1j * jnp.diff(pitch, axis=-1)))  # backward, per knot
+    airborne = floor[..., 2] == 0
+    flown = jnp.sum(jnp.where(airborne[:, 1:] & airborne[:, :-1], turn, 0.0), axis=-1)
+    total += TOUCH_PENALTY * touches + TURN_PENALTY * jnp.maximum(2 * np.pi - flown, 0.0)
+    bad = jnp.any(warnings[:, DIVERGED] > 0, axis=-1) | ~jnp.isfinite(total)
+    return jnp.where(bad, jnp.inf, total)
+
+  elites = max(samples // 8, 2)
+  mean = jnp.asarray(PROGRAM_START.ravel())
+  std = jnp.asarray(np.tile(PROGRAM_SPREAD, len(PHASES)))
+  key = jax.random.key(seed)
+  best_z, best = mean, jnp.inf
+  for i in range(iterations):
+    key, sub = jax.random.split(key)
+    z = control.gaussian_samples(sub, mean, std, samples)  # the mean is candidate 0
+    z = z.at[1].set(best_z)  # and the best so far candidate 1
+    costs = evaluate(z)
+    mean, std = control.cem_update(mean, std, z, costs, elites, std_min=0.01)
+    if costs.min() < best:
+      best, best_z = costs.min(), z[jnp.argmin(costs)]
+    log(f"CEM {i + 1:3d}: best {float(best):10.1f}  elite mean "
+        f"{float(jnp.sort(costs)[:elites].mean()):10.1f}")
+  return plan(best_z)
+
+
+# ----------------------------------------------------------------------------------- solve
+
+# Contacts make the linearisation good only near the trajectory: a strong start for mu, and mu
+# raised after short steps (see control.ILQRSettings).
+SETTINGS = control.ILQRSettings(mu_init=10.0, mu_min=1e-3, mu_max=1e8, tolerance=1e-4)
+KIND = "g1_backflip"
+PLAN_KEYS = ("ctrl", "gains", "states", "start", "ref_qpos", "ref_xpos", "ref_xquat")
+
+
+def version(model: mujoco.MjModel, flip: Flip) -> str:
+  """What a saved plan depends on: the model's bytes, the flip, the clip's grid and the cost."""
+  return common.model_fingerprint(model, dataclasses.astuple(flip), FRAME_DT, FINE, TRACKED,
+                                  POS_WEIGHT.tolist(), ROT_WEIGHT, CTRL_WEIGHT, POS_THRESHOLD,
+                                  ROT_THRESHOLD)
+
+
+def report_reference(model: mujoco.MjModel, ref: Reference, f: Feasibility, log=print) -> dict:
+  """Prints what the flip asks of the robot against its limits; returns it as a dict."""
+  v = ref.takeoff_velocity
+  i_off = round(ref.takeoff_s / (FRAME_DT / FINE))
+  rise = ref.apex_m - ref.qpos[i_off, 2]
+  log(f"reference: take-off at {ref.takeoff_s:.3f} s with the centre of mass at "
+      f"({v[0]:+.2f}, {v[2]:.2f}) m/s; flight {ref.flight_s:.3f} s; pelvis apex {ref.apex_m:.2f} "
+      f"m ({rise:.2f} m above take-off); L = {ref.momentum:.2f} kg m^2/s (the pelvis turning at "
+      f"{ref.takeoff_rate:.1f} rad/s at take-off, {ref.touchdown_rate:.1f} at touchdown); IK "
+      f"within {1e3 * ref.ik_error_m:.2f} mm")
+  names = [model.actuator(i).name.removesuffix("_joint") for i in range(model.nu)]
+  order = np.argsort(-f.torque_ratio)
+  over = [i for i in order if f.torque_ratio[i] > 1.0]
+  log("feasibility: peak torque / limit: " + ", ".join(
+    f"{names[i]} {f.torque_ratio[i]:.2f}" for i in order[:6]))
+  for phase, ratio in f.phase_ratio.items():
+    top = np.argsort(-ratio)[:4]
+    log(f"feasibility:   {phase:8s} " + ", ".join(f"{names[i]} {ratio[i]:.2f}" for i in top))
+  floor = {k: v for k, v in f.worst.items() if k != "torque"}
+  log("feasibility: floor wrench: " + ", ".join(
+    f"{k} {value:.3g} (limit {limit:.3g})" for k, (value, limit) in floor.items())
+      + f"; the flight's physics leaves {f.flight_wrench:.0f} N unexplained")
+  if f.ok:
+    log("feasibility: within the G1's limits")
+  else:
+    worst = ", ".join(f"{names[i]} {f.torque_ratio[i]:.1f}x" for i in over[:8])
+    log(f"feasibility: NOT within the G1's limits: torques exceed them ({worst or 'none'})"
+        + ("" if f.worst["cop toe m"][0] <= SOLE_X[1] and f.worst["cop heel m"][0] >= SOLE_X[0]
+           else "; the centre of pressure leaves the soles"))
+  return {"takeoff_velocity": v, "flight_s": ref.flight_s, "apex_m": ref.apex_m,
+          "momentum": ref.momentum, "takeoff_rate": ref.takeoff_rate,
+          "torque_ratio": dict(zip(names, f.torque_ratio.tolist(), strict=True)),
+          "phase_torque_ratio": {phase: dict(zip(names, r.tolist(), strict=True))
+                                 for phase, r in f.phase_ratio.items()},
+          "floor": floor, "feasible": f.ok}
+
+
+def prepare(args: argparse.Namespace, log=print):
+  """The model, the reference, its feasibility and the clip the tracker follows."""
+  model = load_model(args.model)
+  nstep = round(FRAME_DT / model.opt.timestep)
+  if not np.isclose(nstep * model.opt.timestep, FRAME_DT):
+    raise SystemExit(f"the model's timestep {model.opt.timestep} does not divide {FRAME_DT} s")
+  flip = Flip()
+  with common.Stopwatch()() as watch:
+    ref = build_reference(model, flip, CLIP_FRAMES, log=log)
+    feasible = feasibility(model, ref)
+  log(f"reference: {CLIP_FRAMES} frames of {FRAME_DT} s by IK on a {1e3 * FRAME_DT / FINE:g} ms "
+      f"grid, and its inverse dynamics, in {watch.wall:.1f} s")
+  report = report_reference(model, ref, feasible, log)
+  return model, flip, ref, clip_of(model, ref, feasible, args.frames), nstep, report
+
+
+def floor_columns(sim: mjbatch_jax.Simulator) -> np.ndarray:
+  return np.array([sim.names.sensor(f"floor contact {label}").start
+                   for label, _ in CONTACT_SENSORS])
+
+
+def evaluate(sim, clip: dict, start, plan: dict, nstep: int, robust: int, seed: int) -> dict:
+  """Open- and closed-loop replays, tracking errors, and the closed loop on randomised robots."""
+  cols = floor_columns(sim)
+  dt = sim.model.opt.timestep
+  run = jax.jit(replay, static_argnums=(0, 4))
+  out = {}
+  # The open and the closed loop on the nominal robot: the two rows of the same calls.
+  xs, sensors = run(sim, sim.params(2), jnp.broadcast_to(start, (2, sim.nstate)), plan, nstep,
+                    np.array([0.0, 1.0]))
+  for row, name in enumerate(("open_loop", "closed_loop")):
+    qpos = np.asarray(xs[row][:, sim.layout.qpos])
+    out[name] = flip_metrics(qpos, np.asarray(sensors[row][:, cols]), dt)
+    out[name + "_states"] = np.asarray(xs[row])
+    out[name + "_floor"] = np.asarray(sensors[row][:, cols])
+  knots = jnp.asarray(out["closed_loop_states"][nstep - 1::nstep])  # after each knot
+  obs = mjbatch_jax.forward(knots, sim.params(len(knots)), ("xpos", "xquat"))
+  ids = np.asarray(sim.names.bodies(list(TRACKED)))
+  frames = len(clip["qpos"])
+  held = np.minimum(np.arange(1, len(knots) + 1), frames - 1)
+  e = np.asarray(errors(obs["xpos"][:, ids], obs["xquat"][:, ids], clip["xpos"][held],
+                        clip["xquat"][held]))
+  out["errors"] = e
+  # The saved plan replayed open-loop must give its states bit for bit; the closed loop on the
+  # nominal robot differs only by the feedback of rounding-level state differences.
+  nominal = np.asarray(plan["states"])[1:]
+  out["replay_gap"] = float(np.max(np.abs(out["open_loop_states"][nstep - 1::nstep] - nominal)))
+  out["closed_loop_gap"] = float(np.max(np.abs(np.asarray(knots) - nominal)))
+  if robust:
+    # Each randomised robot twice, closed loop then open loop: rows of the same calls.
+    params = jax.tree.map(lambda leaf: jnp.concatenate([leaf, leaf]),
+                          robust_params(sim, robust, seed))
+    starts = jnp.broadcast_to(start, (2 * robust, sim.nstate))
+    xs, sensors = run(sim, params, starts, plan, nstep, np.repeat([1.0, 0.0], robust))
+    qpos, floor = np.asarray(xs[..., sim.layout.qpos]), np.asarray(sensors[..., cols])
+    landed = {}
+    for half, name in enumerate(("robust", "robust_open_loop")):
+      each = [flip_metrics(qpos[i], floor[i], dt) for i in range(half * robust,
+                                                                 (half + 1) * robust)]
+      landed[name] = float(np.mean([m["landed"] and m["upright_s"] >= 1.0 for m in each]))
+      out[name] = each
+    out["robust_landed_share"] = landed["robust"]
+    out["robust_open_loop_landed_share"] = landed["robust_open_loop"]
+  return out
+
+
+def summary_of(result: dict) -> dict:
+  """The line Must show 1 asks for."""
+  closed, e = result["closed_loop"], result["errors"]
+  return {
+    "rotation_rad": closed["rotation_rad"], "flight_s": closed["flight_s"],
+    "apex_m": closed["apex_m"], "landed": closed["landed"], "upright_s": closed["upright_s"],
+    "mean_pos_err_mm": 1e3 * float(np.linalg.norm(e[..., :3], axis=-1).mean()),
+    "mean_rot_err_deg": float(np.degrees(np.linalg.norm(e[..., 3:], axis=-1).mean())),
+    "open_loop_landed": result["open_loop"]["landed"],
+    "robust_landed_share": result.get("robust_landed_share"),
+  }
+
+
+def print_result(result: dict, log=print) -> None:
+  for name in ("open_loop", "closed_loop"):
+    m = result[name]
+    log(f"{name.replace('_', ' ')}: backward pelvis rotation {m['rotation_rad']:.2f} rad "
+        f"({np.degrees(m['rotation_rad']):.0f} deg) over a flight of {m['flight_s']:.3f} s "
+        f"({m['takeoff_s']:.2f}-{m['touchdown_s']:.2f} s), pelvis apex {m['apex_m']:.2f} m, "
+        f"{'landed on the feet' if m['landed'] else 'did NOT land on the feet'}, upright for "
+        f"{m['upright_s']:.2f} s after")
+  e = result["errors"]
+  pos, rot = 1e3 * np.linalg.norm(e[..., :3], axis=-1), np.degrees(np.linalg.norm(e[..., 3:],
+                                                                               axis=-1))
+  log("tracking error (closed loop, mean over frames): " + ", ".join(
+    f"{label} {p:.0f} mm / {r:.1f} deg" for label, p, r in
+    zip(LABELS, pos.mean(0), rot.mean(0), strict=True)))
+  log(f"open-loop replay differs from the plan's states by {result['replay_gap']:.1e} (0: bit "
+      f"for bit); the closed loop by {result['closed_loop_gap']:.1e}")
+  if "robust" in result:
+    n = len(result["robust"])
+    log(f"robustness ({n} robots, link masses x[0.9, 1.1], floor friction [0.6, 1.0]): "
+        f"closed loop lands {100 * result['robust_landed_share']:.0f}%, open loop "
+        f"{100 * result['robust_open_loop_landed_share']:.0f}%")
+
+
+def solve(args: argparse.Namespace) -> dict:
+  model, flip, ref, clip, nstep, report = prepare(args)
+  frames = args.frames
+  with mjbatch_jax.Simulator(model, num_threads=args.threads) as sim:
+    cost = tracking_cost(sim, clip)
+    start = start_state(sim, clip)
+    one = sim.params(1)
+    total = jax.jit(lambda u: _plan_cost(cost, one, start, u, nstep))
+    lo, hi = model.actuator_ctrlrange.T
+    angles = jnp.asarray(np.clip(clip["qpos"][np.minimum(np.arange(1, frames + 1), frames - 1),
+                                              7:], lo, hi))
+    servo = jnp.asarray(clip["servo"])
+    costs = float(total(angles)), float(total(servo))
+    guess = angles if costs[0] <= costs[1] else servo
+    print(f"cost of the reference's joint angles as servo targets {costs[0]:.1f}, of its "
+          f"inverse-dynamics servo targets {costs[1]:.1f}: the warm start is the "
+          f"{'former' if costs[0] <= costs[1] else 'latter'}")
+    sampling, solving = common.Stopwatch(), common.Stopwatch()
+    with sampling():
+      if args.samples:
+        t_push = flip.stand_s + flip.crouch_s
+        guess = cem(sim, cost, start, np.asarray(guess), t_push, nstep, args.samples,
+                    args.cem_iterations, args.seed)
+        print(f"cost of the sampled plan {float(total(guess)):.1f}")
+        jax.block_until_ready(guess)
+    with solving():
+      result = control.ilqr(cost, one, start, guess, nstep=nstep, iterations=args.iterations,
+                            settings=SETTINGS, verbose=True)
+      jax.block_until_ready(result)
+    iterations = int(result.iterations)
+    sampled, ilqr_s = sampling.wall, solving.wall
+    print(f"solve: CEM {sampled:.1f} s, iLQR {iterations} iterations in {ilqr_s:.1f} s "
+          f"({ilqr_s / max(iterations, 1):.1f} s per iteration with compilation; {frames} knots "
+          f"of {nstep} steps, {sim.num_threads} threads); cost {float(result.costs[0]):.1f} -> "
+          f"{float(result.cost):.1f}")
+    # The feedback gains of the closed loop: a backward pass about the plan with a chosen
+    # regularisation (the solve's last mu can be large, which shrinks the gains to nothing).
+    about = control.ilqr(cost, one, start, result.ctrls, nstep=nstep, iterations=0,
+                         mu=args.gains_mu, settings=SETTINGS)
+    plan = {"ctrl": np.asarray(result.ctrls), "gains": np.asarray(about.gains, np.float32),
+            "states": np.asarray(result.states)}
+    evaluated = evaluate(sim, clip, start, plan, nstep, args.robust, args.seed)
+  print_result(evaluated)
+  summary = summary_of(evaluated)
+  common.save_result(args.out, KIND, {**plan, "start": np.asarray(start),
+                                      "ref_qpos": clip["qpos"], "ref_xpos": clip["xpos"],
+                                      "ref_xquat": clip["xquat"]},
+                     {"frames": frames, "nstep": nstep, "iterations": iterations,
+                      "threads": args.threads, "robust": args.robust, "seed": args.seed,
+                      "gains_mu": args.gains_mu},
+                     version=version(model, flip))
+  record = {"reference": report, "solve": {"cem_seconds": sampled, "ilqr_seconds": ilqr_s,
+                                           "iterations": iterations,
+                                           "costs": np.asarray(result.costs)},
+            "summary": summary}
+  common.write_json(args.out.with_suffix(".json"), record)
+  print(f"plan saved to {args.out}")
+  common.print_summary(summary)
+  return summary
+
+
+def _plan_cost(cost: control.Cost, params, start, ctrls, nstep: int) -> jax.Array:
+  """The tracking cost of a plan replayed open-loop (as ilqr counts it)."""
+  states, _, obs = mjbatch_jax.rollout(start[None], ctrls[None], params, nstep=nstep,
+                                       observe=cost.observe)
+  first = mjbatch_jax.forward(start[None], params, cost.observe)
+  states = jnp.concatenate([start[None], states[0]])
+  obs = {k: jnp.concatenate([first[k], v[0]]) for k, v in obs.items()}
+  held = jnp.concatenate([ctrls, ctrls[-1:]])
+  t = jnp.arange(len(states))
+  r = jax.vmap(cost.residual)(states, held, obs, t)
+  return jnp.sum(cost_terms.knot_cost(cost.terms, r, cost_terms.weights(cost.terms,
+                                                                            len(ctrls))))
+
+
+# --------------------------------------------------------------------------------- profile
+
+
+def profile(model: mujoco.MjModel, clip: dict, saved: dict, nstep: int, rounds: int = 2,
+            log=print) -> dict:
+  """One iLQR iteration about the saved plan against the custom calls it makes, on 1 and 2
+  threads: wall and CPU seconds, the best of `rounds` taken in turn (interleaved).
+
+  The iteration is ilqr(iterations=1) less ilqr(iterations=0) (the initial rollout), without
+  retries or final gains; the physics is its calls alone on the same inputs: one
+  transition_fd over the knots, one forward over every state and its tangent perturbations
+  (the cost's pose Jacobians), and the line search's step calls (every step size a row).
+  """
+  out = {}
+  for threads in (1, 2):
+    with mjbatch_jax.Simulator(model, num_threads=threads) as sim:
+      entry = _profile_on(sim, clip, jnp.asarray(saved["ctrl"]), jnp.asarray(saved["states"]),
+                          nstep, rounds)
+    out[threads] = entry
+    wall, cpu = entry["wall"], entry["cpu"]
+    log(f"profile, {threads} thread(s), {len(saved['ctrl'])} knots: one iteration "
+        f"{wall['iteration']:.2f} s wall / {cpu['iteration']:.2f} s CPU; its physics calls "
+        f"{wall['physics']:.2f} s wall ({100 * wall['physics_share']:.0f}%) / "
+        f"{cpu['physics']:.2f} s CPU ({100 * cpu['physics_share']:.0f}%)")
+  speedup = out[1]["wall"]["iteration"] / out[2]["wall"]["iteration"]
+  log(f"profile: 2 threads run an iteration {speedup:.2f}x as fast as 1 (wall); CPU seconds "
+      f"{out[1]['cpu']['iteration']:.2f} (1) vs {out[2]['cpu']['iteration']:.2f} (2)")
+  out["speedup_2_over_1"] = speedup
+  return out
+
+
+def _profile_on(sim: mjbatch_jax.Simulator, clip: dict, ctrl, states, nstep: int, rounds: int
+                ) -> dict:
+  model = sim.model
+  start, knots = states[0], len(ctrl)
+  settings = SETTINGS._replace(final_gains=False, max_retries=0, tolerance=0.0)
+  cost = tracking_cost(sim, clip)
+  one = sim.params(1)
+  lines = len(settings.step_sizes)
+  p_knots, p_lines = sim.params(knots), sim.params(lines)
+  p_rows = sim.params((knots + 1) * (1 + 2 * model.nv))
+  # Each state, nv copies moved along each position direction, nv more (the velocity
+  # directions: the same poses, the same cost to compute).
+  dq = jnp.concatenate([jnp.zeros((1, model.nv)), settings.eps * jnp.eye(model.nv)])
+  qpos = tangent.integrate_pos(tangent.Joints.of(model), states[:, None, sim.layout.qpos],
+                               dq[None], 1.0)
+  rows = jnp.broadcast_to(states[:, None], (*qpos.shape[:2], sim.nstate))
+  rows = jnp.concatenate([rows.at[..., sim.layout.qpos].set(qpos),
+                          jnp.broadcast_to(states[:, None], (knots + 1, model.nv, sim.nstate))],
+                         axis=1).reshape(-1, sim.nstate)
+
+  def iterate(u, n):
+    return control.ilqr(cost, one, start, u, nstep=nstep, iterations=n, settings=settings).cost
+
+  def line_steps(u):
+    def knot(x, u_t):
+      x, obs = mjbatch_jax.step(x, jnp.broadcast_to(u_t, (lines, model.nu)), p_lines,
+                                nstep=nstep, observe=cost.observe)
+      return x, obs["xpos"][:, 0]
+    return jax.lax.scan(knot, jnp.broadcast_to(start, (lines, sim.nstate)), u)[1]
+
+  calls = {
+    "iteration_plus_rollout": (jax.jit(lambda u: iterate(u, 1)), ctrl),
+    "rollout": (jax.jit(lambda u: iterate(u, 0)), ctrl),
+    "transition_fd": (jax.jit(lambda x, u: mjbatch_jax.transition_fd(x, u, p_knots,
+                                                                     nstep=nstep)),
+                      states[:-1], ctrl),
+    "forward": (jax.jit(lambda r: mjbatch_jax.forward(r, p_rows, cost.observe)), rows),
+    "line_search_steps": (jax.jit(line_steps), ctrl),
+  }
+  for fn, *args in calls.values():
+    jax.block_until_ready(fn(*args))  # compiled and warm
+  wall, cpu = dict.fromkeys(calls, np.inf), dict.fromkeys(calls, np.inf)
+  for _ in range(rounds):
+    for name, (fn, *args) in calls.items():
+      watch = common.Stopwatch()
+      with watch():
+        jax.block_until_ready(fn(*args))
+      wall[name], cpu[name] = min(wall[name], watch.wall), min(cpu[name], watch.cpu)
+  entry = {}
+  for kind, t in (("wall", wall), ("cpu", cpu)):
+    iteration = t["iteration_plus_rollout"] - t["rollout"]
+    physics = t["transition_fd"] + t["forward"] + t["line_search_steps"]
+    entry[kind] = {**t, "iteration": iteration, "physics": physics,
+                   "physics_share": physics / iteration}
+  return entry
+
+
+# ------------------------------------------------------------------------------------ play
+
+
+def play(args: argparse.Namespace) -> dict:
+  model = load_model(args.model)
+  flip = Flip()
+  saved, meta = common.load_result(args.out, KIND, version=version(model, flip), keys=PLAN_KEYS)
+  nstep = int(meta["nstep"])
+  clip = {"qpos": saved["ref_qpos"], "xpos": saved["ref_xpos"], "xquat": saved["ref_xquat"]}
+  plan = {k: saved[k] for k in ("ctrl", "gains", "states")}
+  with mjbatch_jax.Simulator(model, num_threads=args.threads) as sim:
+    with common.Stopwatch()() as watch:
+      result = evaluate(sim, clip, jnp.asarray(saved["start"]), plan, nstep, args.robust,
+                        args.seed)
+    print(f"replayed {args.out} ({len(plan['ctrl'])} knots; open loop, closed loop and "
+          f"{args.robust} randomised robots) in {watch.wall:.1f} s with compilation")
+  print_result(result)
+  if args.profile:
+    common.write_json(args.out.with_name(args.out.stem + "_profile.json"),
+                      profile(model, clip, saved, nstep))
+  plots(model, result, clip, nstep, args.out.with_suffix(".png"))
+  fps = 1 / (2 * model.opt.timestep * nstep)
+  rows = result["closed_loop_states"][nstep - 1::2 * nstep]
+  print(common.render(model, rows, args.out.with_suffix(".gif"), fps, track_body="pelvis",
+                      distance=3.2, azimuth=90.0, elevation=-5.0))
+  summary = summary_of(result)
+  common.print_summary(summary)
+  return summary
+
+
+def plots(model: mujoco.MjModel, result: dict, clip: dict, nstep: int, path: Path) -> None:
+  plt = common.pyplot()
+  if plt is None:
+    return
+  dt = model.opt.timestep
+  e = result["errors"]
+  t_knots = FRAME_DT * np.arange(1, len(e) + 1)
+  fig, axes = plt.subplots(4, 1, figsize=(9, 12), sharex=True)
+  parts = sorted({label.split()[-1] for label in LABELS})
+  for i, label in enumerate(LABELS):
+    style = {"color": f"C{parts.index(label.split()[-1])}", "label": label,
+             "linestyle": "--" if label.startswith("right") else "-"}
+    axes[0].plot(t_knots, 1e3 * np.linalg.norm(e[:, i, :3], axis=-1), **style)
+  axes[0].set_ylabel("position error (mm)")
+  axes[0].legend(ncol=4, fontsize=7)
+  t_ref = FRAME_DT * np.arange(len(clip["qpos"]))
+  for name, style in (("closed_loop", "-"), ("open_loop", ":")):
+    states = result[f"{name}_states"]
+    t = dt * np.arange(1, len(states) + 1)
+    qpos = states[:, 1:1 + model.nq]
+    axes[1].plot(t, qpos[:, 2], style, label=name.replace("_", " "))
+    rot = np.zeros((len(qpos), 9))
+    for k, q in enumerate(qpos):
+      mujoco.mju_quat2Mat(rot[k], q[3:7])
+    axes[2].plot(t, np.unwrap(np.arctan2(-rot[:, 6], rot[:, 0])), style,
+                 label=name.replace("_", " "))
+  ref_rot = np.zeros((len(t_ref), 9))
+  for k, q in enumerate(clip["qpos"]):
+    mujoco.mju_quat2Mat(ref_rot[k], q[3:7])
+  axes[1].plot(t_ref, clip["qpos"][:, 2], "--", color="gray", label="reference")
+  axes[1].axhline(PELVIS_UPRIGHT, color="r", lw=0.8, label="upright threshold")
+  axes[1].set_ylabel("pelvis height (m)")
+  axes[1].legend(fontsize=7)
+  axes[2].plot(t_ref, np.unwrap(np.arctan2(-ref_rot[:, 6], ref_rot[:, 0])), "--", color="gray",
+               label="reference")
+  axes[2].set_ylabel("pelvis pitch (rad, + forward)")
+  axes[2].legend(fontsize=7)
+  floor = result["closed_loop_floor"]
+  t = dt * np.arange(1, len(floor) + 1)
+  other = floor[:, 2] - floor[:, 0] - floor[:, 1]
+  contacts = (floor[:, 0] > 0, floor[:, 1] > 0, other > 0)
+  for row, on in enumerate(contacts):
+    axes[3].fill_between(t, row + 0.1, row + 0.9, where=on, step="mid",
+                         color=("C0", "C1", "C3")[row])
+  axes[3].set_yticks([0.5, 1.5, 2.5], ["left foot", "right foot", "other bodies"])
+  axes[3].set_ylabel("on the floor (closed loop)")
+  axes[3].set_xlabel("time (s)")
+  fig.suptitle("G1 backflip: the iLQR plan replayed")
+  common.save_figure(fig, path)
+
+
+# ------------------------------------------------------------------------------------ main
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+  parser = argparse.ArgumentParser(description="A backflip on the Unitree G1: a physics-built "
+                                   "reference tracked whole-body by iLQR.")
+  parser.add_argument("--model", type=Path, default=None,
+                      help="the G1's scene.xml (default: ../shared/models/unitree_g1)")
+  parser.add_argument("--frames", type=common.int_in(2, CLIP_FRAMES, f"the clip has "
+                                                     f"{CLIP_FRAMES} frames"),
+                      default=CLIP_FRAMES, help=f"track the clip's first N frames of {FRAME_DT} "
+                      f"s (default {CLIP_FRAMES}: all of it)")
+  parser.add_argument("--iterations", type=common.int_in(0, 1000, "most iLQR iterations"),
+                      default=12, help="most iLQR iterations (default 12)")
+  parser.add_argument("--samples", type=common.int_in(0, 4096, "0: no sampling"), default=96,
+                      help="CEM candidates per iteration for the initial guess (default 96)")
+  parser.add_argument("--cem-iterations", type=common.int_in(0, 1000, "CEM iterations"),
+                      default=15, help="CEM iterations (default 15)")
+  parser.add_argument("--gains-mu", type=common.positive_float("regularisation"), default=1.0,
+                      help="Q_uu + mu I of the backward pass that gives the closed loop's gains "
+                           "(default 1)")
+  parser.add_argument("--robust", type=common.int_in(0, 4096, "0: none"), default=32,
+                      help="randomised robots of the robustness replay (default 32)")
+  parser.add_argument("--profile", action="store_true",
+                      help="with --play: time an iLQR iteration about the saved plan against "
+                           "its physics calls, on 1 and 2 threads")
+  parser.add_argument("--reference", action="store_true",
+                      help="build the reference and check its feasibility only")
+  common.add_standard_args(parser, KIND)
+  return common.parse(parser, argv)
+
+
+def main(argv: list[str] | None = None) -> dict:
+  args = parse_args(argv)
+  if args.reference:
+    return prepare(args)[-1]
+  return play(args) if args.play else solve(args)
+
+
+if __name__ == "__main__":
+  main(sys.argv[1:])
