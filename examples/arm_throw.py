@@ -8,12 +8,11 @@ free speed), clamped; rotor inertia as armature gear^2 J), so the gear trades to
 A design is 12 numbers in [0, 1]: the upper link's share of the reach, both gears, 4 voltage
 knots per motor over 0.65 s, the release time. A candidate is a row of params with set_const=True
 (lengths, masses, inertias, gears, armature), never a recompile: it equals its compiled MjModel
-(checked). A population is two rollout calls (the throw; the ball's flight from each release);
---restarts CEM searches (control.gaussian_samples, cem_update) run side by side in those calls.
+bit for bit (tests/test_examples.py checks). A population is two rollout calls (the throw; the
+ball's flight from each release); --restarts CEM searches (control.gaussian_samples, cem_update)
+run side by side in those calls.
 """
 
-import argparse
-import copy
 import os
 
 os.environ.setdefault("MUJOCO_GL", "egl")  # --play renders headless
@@ -274,52 +273,7 @@ def search(thrower, start, population, iterations, seed, restarts):
   return np.asarray(carry[3][winner]), np.asarray(carry[4]), bests, means, watch.wall
 
 
-# -- checks, solve and play ----------------------------------------------------------------------
-
-
-def compiled_model(thrower: Thrower, u: np.ndarray) -> mujoco.MjModel:
-  """Design u as its own MjModel: the MjSpec edited to its params row's values, compiled."""
-  _, _, params = thrower.inputs(jnp.asarray(u)[None])
-  value = {name: np.asarray(params[name][0], dtype=float) for name in FIELDS}
-  spec = mujoco.MjSpec.from_string(arm_xml())
-  for i, body in enumerate(SELECT["body_pos"]):
-    spec.body(body).pos = value["body_pos"][i]
-  for i, body in enumerate(SELECT["body_mass"]):
-    spec.body(body).mass = float(value["body_mass"][i])
-    spec.body(body).ipos, spec.body(body).inertia = value["body_ipos"][i], value["body_inertia"][i]
-  for i, geom in enumerate(SELECT["geom_pos"]):
-    spec.geom(geom).pos, spec.geom(geom).size = value["geom_pos"][i], value["geom_size"][i]
-  for i, name in enumerate(("shoulder", "elbow")):
-    spec.actuator(name).gear = value["actuator_gear"][i]
-    spec.joint(name).armature = float(value["dof_armature"][i])
-  return spec.compile()
-
-
-def check_compiled(thrower: Thrower, u: np.ndarray) -> tuple[float, float]:
-  """Max |difference| of design u's batched throw and flight from mj_step on its compiled
-  model, with set_const and without."""
-  model, state = compiled_model(thrower, u), mujoco.mjtState.mjSTATE_INTEGRATION
-  data, row = mujoco.MjData(model), np.empty(thrower.sim.nstate)
-  step = int(release_step(decode(u)[3]))
-  mujoco.mj_setState(model, data, np.asarray(thrower.start), state)
-  reference, released = [], data
-  for k, ctrl in enumerate(controls(decode(u)[2])):
-    data.ctrl[:] = ctrl
-    mujoco.mj_step(model, data)
-    mujoco.mj_getState(model, data, row, state)
-    reference.append(row.copy())
-    released = copy.copy(data) if k == step else released
-  released.eq_active[0], released.ctrl[:] = 0, 0.0
-  for _ in range(FLIGHT_KNOTS):  # the flight: the weld off, the motors idle
-    mujoco.mj_step(model, released, FLIGHT_SUBSTEPS)
-    mujoco.mj_getState(model, released, row, state)
-    reference.append(row.copy())
-  errors = []
-  for set_const in (True, False):
-    throw, _, flight = thrower.flights(jnp.asarray(u)[None], set_const)
-    ours = np.concatenate([np.asarray(throw[0]), np.asarray(flight[0])])
-    errors.append(float(np.max(np.abs(ours - np.array(reference)))))
-  return errors[0], errors[1]
+# -- solve and play -------------------------------------------------------------------------------
 
 
 def describe(u: np.ndarray) -> str:
@@ -351,13 +305,9 @@ def solve(args, version: str) -> dict:
         f"the best is kept\noptimised design: {best:.3f} m ({describe(design)})\nthrow distance: "
         f"best hand design {hand_distance:.2f} m -> optimised {best:.2f} m "
         f"({100 * (best / hand_distance - 1):+.0f}%)")
-  with_const, without_const = check_compiled(thrower, design)
-  print(f"optimised design vs its compiled MjModel (mj_step): max |difference| {with_const:.1e} "
-        f"with set_const, {without_const:.1e} without")
   print(f"wall time {watch.wall:.1f} s in all, of which the search {search_seconds:.1f} s "
         "(its first iteration compiles)")
   summary = {"hand_distance": hand_distance, "distance": best, "searches": searches,
-             "compiled_error": with_const, "compiled_error_without_set_const": without_const,
              "population": args.population, "iterations": args.iterations,
              "restarts": args.restarts, "seconds": watch.wall}
   common.save_result(args.out, "arm_throw", {"design": design, "hand_design": hand,
@@ -386,15 +336,16 @@ def play(args, version: str) -> dict:
     "distance (m)": {"best": saved["best_per_iteration"], "mean": saved["mean_per_iteration"]}},
     xlabel="CEM iteration")
   rows = np.concatenate([throw[1, : steps[1] + 1 : 8], flight[1, ::2]])
-  print(common.render(compiled_model(thrower, designs[1]), rows,
-                      args.out.with_suffix(".mp4"), 50, camera="side", height=368, width=640))
+  upper, gears, _, _ = decode(designs[1])  # the optimised arm, compiled to be shown
+  model = mujoco.MjModel.from_xml_string(arm_xml(float(upper), (float(gears[0]), float(gears[1]))))
+  print(common.render(model, rows, args.out.with_suffix(".mp4"), 50, camera="side", height=368,
+                      width=640))
   thrower.sim.close()
   return summary
 
 
 def main(argv=None) -> dict:
-  parser = argparse.ArgumentParser(description="Co-design of a throwing arm by CEM.")
-  common.add_standard_args(parser, "arm_throw", threads=2)
+  parser = common.example_parser("arm_throw", "Co-design of a throwing arm by CEM.", threads=2)
   parser.add_argument("--population", type=common.int_in(8, 10**6, "candidates per search; the "
                       "elite is a tenth"), default=256)
   parser.add_argument("--iterations", type=common.int_in(1, 10**5, "CEM iterations"), default=60)

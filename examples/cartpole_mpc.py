@@ -1,8 +1,6 @@
 """Swing a cart-pole up by sampling MPC (control.sampling, --method predictive, mppi or cem): each
 control step rolls out 1024 plans of 25 knots in one call. `--play` replays the saved run."""
 
-import argparse
-
 import common
 import jax
 import jax.numpy as jnp
@@ -32,22 +30,18 @@ def make_planner(sim, method: str, samples: int = SAMPLES) -> control.Planner:
 
 
 def main(argv=None) -> dict:
-  parser = argparse.ArgumentParser(description=__doc__)
-  common.add_standard_args(parser, "cartpole_mpc")
-  common.add_mpc_args(parser, steps=150)
-  args, model = common.parse(parser, argv), mujoco.MjModel.from_xml_string(CARTPOLE)
+  args = common.parse(common.example_parser("cartpole_mpc", __doc__, mpc_steps=150), argv)
+  model = mujoco.MjModel.from_xml_string(CARTPOLE)
   with mjbatch_jax.Simulator(model, num_threads=args.threads) as sim:
     hinge = sim.layout.qpos.start + 1  # the pole's angle in a state row, 0 upright
     start, planner = sim.init_state(1)[0].at[hinge].set(jnp.pi), make_planner(sim, args.method)
     tilt = lambda s: np.abs(np.mod(np.asarray(s)[..., hinge] + np.pi, 2 * np.pi) - np.pi)  # noqa
     if args.play:
       return common.play_run(args, "cartpole_mpc", model, sim, start, SUBSTEPS, {"tilt": tilt})
-    rows, wall, cpu = common.run_mpc(control.receding_horizon(planner, sim.params(1)), start,
-                                     planner.init(), args.seed, args.steps, 25,
-                                     lambda k, s: f"tilt {tilt(s):.3f} rad")
+    rows, timing = common.run_mpc(planner, sim.params(1), start, args.seed, args.steps,
+                                  every=25, report=lambda k, s: f"tilt {tilt(s):.3f} rad")
   return common.save_run(args, "cartpole_mpc", model, rows, {
-    "method": args.method, "final_tilt": float(tilt(rows[-1])), "control_period": 0.04,
-    "seconds_per_step": float(np.median(wall[1:])), "cpu_per_step": float(np.median(cpu))})
+    "method": args.method, "final_tilt": float(tilt(rows[-1])), "control_period": 0.04, **timing})
 
 
 if __name__ == "__main__":

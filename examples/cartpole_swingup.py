@@ -5,8 +5,6 @@ actuator's ctrlrange. The cost is quadratic: running costs on the cart, the velo
 force, a final cost on being upright and still.
 """
 
-import argparse
-
 import common
 import jax
 import jax.numpy as jnp
@@ -41,8 +39,7 @@ def tilts(qpos):
 
 
 def main(argv=None) -> dict:
-  parser = argparse.ArgumentParser(description=__doc__)
-  common.add_standard_args(parser, "cartpole_swingup")
+  parser = common.example_parser("cartpole_swingup", __doc__)
   parser.add_argument("--iterations", type=common.int_in(0, 10000, "iterations"), default=150)
   args = common.parse(parser, argv)
   model = mujoco.MjModel.from_xml_string(DOUBLE_CARTPOLE)

@@ -3,8 +3,7 @@
 An example holds its task (model, cost or reward, what it prints); this module holds the rest, once.
 Examples run as scripts from this folder, so they import it as `import common`:
 
-  parser = argparse.ArgumentParser(description="...")
-  common.add_standard_args(parser, "my_task")
+  parser = common.example_parser("my_task", "What it does.")   # --threads, --seed, --play, ...
   args = common.parse(parser, argv)               # args.out defaults to results/my_task.npz
   common.save_result(args.out, "my_task", {"ctrl": ctrl}, {"cost": cost}, version=VERSION)
   arrays, meta = common.load_result(args.out, "my_task", version=VERSION)
@@ -106,6 +105,19 @@ def add_mpc_args(parser: argparse.ArgumentParser, steps: int, method: str = "pre
                       help=f"control steps (default {steps})")
   parser.add_argument("--method", choices=("predictive", "mppi", "cem"), default=method,
                       help=f"the sampling planner (default {method})")
+
+
+def example_parser(name: str, description: str | None, threads: int = 0,
+                   mpc_steps: int | None = None) -> argparse.ArgumentParser:
+  """An ArgumentParser with add_standard_args' flags and, given mpc_steps, add_mpc_args' ones.
+
+    args = common.parse(common.example_parser("my_mpc", __doc__, mpc_steps=150), argv)
+  """
+  parser = argparse.ArgumentParser(description=description)
+  add_standard_args(parser, name, threads)
+  if mpc_steps is not None:
+    add_mpc_args(parser, mpc_steps)
+  return parser
 
 
 def parse(parser: argparse.ArgumentParser, argv: Sequence[str] | None = None) -> argparse.Namespace:
@@ -245,15 +257,20 @@ def timed(*calls: tuple, repeats: int = 3) -> list[float]:
 # -- receding horizon and replays ---------------------------------------------------------------
 
 
-def run_mpc(step: Callable, state: Any, plan: Any, seed: int, steps: int, every: int = 0,
-            report: Callable[[int, Any], str] | None = None
-            ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-  """Runs a control step (control.receding_horizon's) `steps` times from state and plan.
+def run_mpc(planner: Any, params: Any, state: Any, seed: int, steps: int, plan: Any = None,
+            every: int = 0, report: Callable[[int, Any], str] | None = None
+            ) -> tuple[np.ndarray, dict[str, float]]:
+  """Runs control.receding_horizon(planner, params)'s control step `steps` times from state.
 
-  Returns the real system's states (steps + 1, nstate) and the wall and CPU seconds (all
-  threads) of each step; the first includes compilation. Every `every` steps it prints
-  report(k, state).
+  plan: the first plan (default planner.init()). Every `every` steps it prints report(k, state).
+  Returns the real system's states (steps + 1, nstate) and the steady-state median wall and CPU
+  seconds (all threads) of a control step, "seconds_per_step" and "cpu_per_step": the first
+  step compiles, so it counts only when it is the only one.
   """
+  from mjbatch_jax import control
+
+  step = control.receding_horizon(planner, params)
+  plan = planner.init() if plan is None else plan
   rows, wall, cpu = [np.asarray(state)], [], []
   key = jax.random.PRNGKey(seed)
   for k in range(steps):
@@ -264,7 +281,9 @@ def run_mpc(step: Callable, state: Any, plan: Any, seed: int, steps: int, every:
     rows.append(np.asarray(state))
     if every and report is not None and (k % every == 0 or k == steps - 1):
       print(f"step {k:4d}: {report(k, state)}", flush=True)
-  return np.array(rows), np.array(wall), np.array(cpu)
+  steady = slice(1, None) if steps > 1 else slice(None)
+  return np.array(rows), {"seconds_per_step": float(np.median(wall[steady])),
+                          "cpu_per_step": float(np.median(cpu[steady]))}
 
 
 def replay(params: Any, start: Any, ctrls: Any, nstep: int) -> np.ndarray:

@@ -13,7 +13,6 @@ period (the real-time factor on this machine), when the robot got up and how muc
 after that it stayed upright.
 """
 
-import argparse
 import os
 
 os.environ.setdefault("MUJOCO_GL", "egl")  # --play renders headless
@@ -68,11 +67,9 @@ def getup_cost(sim: mjbatch_jax.Simulator, home: np.ndarray) -> control.Cost:
 
 
 def main(argv=None) -> dict:
-  parser = argparse.ArgumentParser(description="Go1 getting up by sampling MPC.")
-  common.add_standard_args(parser, "go1_getup")
+  parser = common.example_parser("go1_getup", "Go1 getting up by sampling MPC.", mpc_steps=150)
   parser.add_argument("--model", default=None, help="the Go1's scene.xml (default: shared models)")
   parser.add_argument("--samples", type=common.int_in(2, 10**6, "candidates"), default=128)
-  common.add_mpc_args(parser, steps=150)
   args = common.parse(parser, argv)
   model = mujoco.MjModel.from_xml_path(str(common.robot_scene(args.model, "unitree_go1")))
   home, period = model.key_qpos[0].copy(), NSTEP * model.opt.timestep
@@ -87,18 +84,17 @@ def main(argv=None) -> dict:
                                         num_elites=max(2, args.samples // 16), temperature=0.5)
     planner = control.sampling(getup_cost(sim, home), sim.params(1), horizon=HORIZON,
                                nstep=NSTEP, settings=settings)
-    step = control.receding_horizon(planner, sim.params(1))
 
     def report(k, state):
       tilt, height = tilt_and_height(state, sim.layout)
       return f"tilt {float(tilt):.2f} rad, height {float(height):.3f} m"
 
-    rows, seconds, cpu = common.run_mpc(step, start, planner.init(jnp.broadcast_to(
-      home[7:], (HORIZON, sim.nu))), args.seed, args.steps, 10, report)
+    rows, timing = common.run_mpc(planner, sim.params(1), start, args.seed, args.steps,
+                                  planner.init(jnp.broadcast_to(home[7:], (HORIZON, sim.nu))),
+                                  every=10, report=report)
   tilt, height = tilt_and_height(rows, sim.layout)
   up = (tilt < UPRIGHT_TILT) & (height > UP_HEIGHT)
-  planning = float(np.median(seconds[1:])) if len(seconds) > 1 else float(seconds[0])
-  planning_cpu = float(np.median(cpu[1:])) if len(cpu) > 1 else float(cpu[0])
+  planning, planning_cpu = timing["seconds_per_step"], timing["cpu_per_step"]
   first = int(np.argmax(up)) if up.any() else len(up)
   share = float(up[first:].mean()) if up.any() else 0.0  # of the time after it first got up
   summary = {"got_up": bool(up.any()), "time_to_get_up": period * first if up.any() else None,
