@@ -80,10 +80,12 @@ class _Stop(Exception):
   pass
 
 
+# Brax is the rl extra: imported where it is used (pyright in the main venv, without it, is told
+# so on each import).
 def _brax():
   try:
-    from brax.training.agents.ppo import networks as ppo_networks
-    from brax.training.agents.ppo import train as ppo_train
+    from brax.training.agents.ppo import networks as ppo_networks  # pyright: ignore[reportMissingImports]
+    from brax.training.agents.ppo import train as ppo_train  # pyright: ignore[reportMissingImports]
   except ImportError as e:
     raise ImportError(BRAX_MISSING) from e
   return ppo_train, ppo_networks
@@ -95,7 +97,7 @@ def network_factory(network: Mapping[str, Any] | None) -> Callable[..., Any]:
   `brax.training.networks.ACTIVATION` ("swish", "elu", ...), the `*_init_fn` initialisers in
   `KERNEL_INITIALIZER` ("lecun_uniform", "variance_scaling", ...)."""
   _, ppo_networks = _brax()
-  from brax.training import networks
+  from brax.training import networks  # pyright: ignore[reportMissingImports]
 
   kwargs = dict(network or {})
   for key, value in kwargs.items():
@@ -323,7 +325,7 @@ def read_checkpoint(path: str | Path) -> tuple[dict[str, np.ndarray], dict[str, 
 def _template(environment: Any, network: Mapping[str, Any] | None) -> tuple[Any, Any]:
   """Brax's networks for environment, and params of their shapes (normaliser, policy, value)."""
   _, ppo_networks = _brax()
-  from brax.training.acme import running_statistics, specs
+  from brax.training.acme import running_statistics, specs  # pyright: ignore[reportMissingImports]
 
   obs_size = environment.observation_size
   if not isinstance(obs_size, int):
