@@ -908,9 +908,6 @@ class _Program:
 
 def _local_windows(data: Windows, dist: Any) -> Windows:
   """This process's windows of a global set (or its own already), as numpy."""
-  if not isinstance(dist, Distributed):
-    raise ValueError(f"dist must be a mjbatch_jax.distributed.Distributed (from "
-                     f"distributed.setup), got {type(dist).__name__}")
   count = len(data.starts)
   if count == dist.num_sims:
     return jax.tree.map(lambda x: np.asarray(x)[dist.rows], data)
@@ -1009,6 +1006,9 @@ def fit(problem: Problem, data: Windows, theta0: Any = None, iterations: int = 3
     raise ValueError(f"iterations must be an int >= 1, got {iterations!r}")
   if not (isinstance(tolerance, int | float) and math.isfinite(tolerance) and tolerance >= 0):
     raise ValueError(f"tolerance must be a finite number >= 0, got {tolerance!r}")
+  if dist is not None and not isinstance(dist, Distributed):
+    raise ValueError(f"dist must be a mjbatch_jax.distributed.Distributed (from "
+                     f"distributed.setup), got {type(dist).__name__}")
   shard = PartitionSpec() if dist is None else PartitionSpec(dist.axis)
   runner = _Runner(problem, checked, data, dist, "step",
                    (PartitionSpec(), shard, PartitionSpec(), PartitionSpec()))
