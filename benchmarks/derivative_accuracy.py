@@ -2,7 +2,7 @@
 
   python benchmarks/derivative_accuracy.py --models cheetah,gripper,unitree_go1,unitree_g1 \
       --lengths 1,10,50 --points 24
-  python benchmarks/derivative_accuracy.py --adam 1500     # the cheetah identification by Adam
+  python benchmarks/derivative_accuracy.py --adam 300 --models ''   # the cheetah fitted by Adam
 
 For each model, a recording with plain MuJoCo (a running planar cheetah, a gripper grasping and
 lifting a box, the Go1 trotting in place, the G1 standing and swaying) is cut into windows of
@@ -13,11 +13,11 @@ params and controls together. Each variant of the derivative rules is compared w
 central secant at h = 1e-7 (float64), where forward and backward secants agree to 1e-3 (the loss
 is smooth at the secant's scale; other points are counted, not judged):
 
-  old default:  forward differences at 1e-6, whatever a copy crosses (before regime checks)
-  forward:      forward differences at 1e-6, regime-checked
-  default:      the new default: regime-checked, positions centred, the rest forward, 1e-6
-  centered:     centred differences everywhere, regime-checked
-  eps 1e-8:     plain forward differences at 1e-8, unchecked (the old workaround)
+  old default:      forward differences at 1e-6, whatever a copy crosses, the state's columns
+                    without the solver's warm start (the rules before issue 18)
+  eps 1e-8:         the same at 1e-8 (the workaround users had)
+  forward checked:  regime-checked forward differences at 1e-6, warm start among the columns
+  default:          the new default: the same with the positions centred
 
 and timed by CPU seconds of the jvp (all threads), relative to the first variant (the old
 default unless --variants says otherwise). With --dtype
@@ -54,15 +54,12 @@ from _common import RESULTS, machine_info, pyplot, resolve_model, write_result  
 
 from tests.models import CHEETAH_XML, GRIPPER_XML  # noqa: E402
 
-# name: (eps, centered, regime_checked)
-VARIANTS: dict[str, tuple[float, bool | None, bool]] = {
-  "old default": (1e-6, False, False),
-  "forward": (1e-6, False, True),
-  "default": (1e-6, None, True),
-  "centered": (1e-6, True, True),
-  "eps 1e-8": (1e-8, False, False),
-  "forward 1e-8": (1e-8, False, True),
-  "default 1e-8": (1e-8, None, True),
+# name: (eps, centered, regime_checked, warm start among the state's columns)
+VARIANTS: dict[str, tuple[float, bool | None, bool, bool]] = {
+  "old default": (1e-6, False, False, False),
+  "eps 1e-8": (1e-8, False, False, False),
+  "forward checked": (1e-6, False, True, True),
+  "default": (1e-6, None, True, True),
 }
 SECANT_STEP = 1e-7
 SMOOTH = 1e-3
@@ -210,15 +207,16 @@ def measure(name: str, args: argparse.Namespace) -> dict[str, Any]:
     problem = Problem(task, windows, length, args.threads, dtype)
     secant_loss = jax.jit(lambda th, u, p=problem: p.loss(th, u))
     jvps = {}
-    for variant, (eps, centered, checked) in args.variants.items():
-      _rules.REGIME_CHECKED = checked  # read when the rule is traced, below
+    for variant, (eps, centered, checked, warm) in args.variants.items():
+      # Read when the rule is traced, below.
+      _rules.REGIME_CHECKED, _rules.WARMSTART_COLUMNS = checked, warm
 
       def jvp(th, u, dth, du, eps=eps, centered=centered, p=problem):
         return jax.jvp(lambda a, b: p.loss(a, b, eps, centered), (th, u), (dth, du))[1]
 
       jvps[variant] = jax.jit(jvp)
       jax.block_until_ready(jvps[variant](*problem.point(np.random.default_rng(99))))
-    _rules.REGIME_CHECKED = True
+    _rules.REGIME_CHECKED, _rules.WARMSTART_COLUMNS = True, True
     rng = np.random.default_rng(args.seed)
     errors = {v: [] for v in args.variants}
     cpu = {v: [] for v in args.variants}
@@ -282,8 +280,8 @@ def adam(iterations: int, args: argparse.Namespace) -> dict[str, Any]:
            for k, v in truth.items()}
   curves = {}
   for variant in ("default", "old default"):
-    eps, centered, checked = VARIANTS[variant]
-    _rules.REGIME_CHECKED = checked
+    eps, centered, checked, warm = VARIANTS[variant]
+    _rules.REGIME_CHECKED, _rules.WARMSTART_COLUMNS = checked, warm
     optimizer = optax.adam(optax.exponential_decay(0.02, iterations, 0.05))
 
     @jax.jit
@@ -306,7 +304,7 @@ def adam(iterations: int, args: argparse.Namespace) -> dict[str, Any]:
         print(f"adam {variant}: iteration {i}: loss {losses[-1]:.3e}, worst relative parameter "
               f"error {errors[-1]:.2e}", flush=True)
     curves[variant] = {"max_relative_error": errors, "loss": losses}
-  _rules.REGIME_CHECKED = True
+  _rules.REGIME_CHECKED, _rules.WARMSTART_COLUMNS = True, True
   problem.sim.close()
   return curves
 

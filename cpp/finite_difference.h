@@ -25,6 +25,7 @@ struct Perturbation {
   std::vector<int> columns;
   // Per column: centred differences (copies at +eps and -eps) instead of forward ones.
   std::vector<bool> centered;
+  // The step: eps, and eps * kControlStep for the controls' columns.
   double eps = 1e-6;
   bool tangent = false;
   // Difference only copies in their nominal row's regime (the default). Off: plain forward or
@@ -41,6 +42,9 @@ struct FiniteDifferenceCounts {
   int64_t extra_rows = 0;  // rows stepped beyond the first pass to difference those
   int64_t unresolved = 0;  // of which no step down to eps * 1e-4 stayed in the regime
 };
+
+// A control's column is stepped by eps times this (see Differencer::Step).
+inline constexpr double kControlStep = 0.1;
 
 // The steps tried after eps: each level's copies are 100 times closer to the nominal row.
 inline constexpr int kRefinements = 2;

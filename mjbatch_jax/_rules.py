@@ -33,16 +33,29 @@ DEFAULT_EPS = 1e-6
 # cpp/finite_difference.h). Read when a rule is traced; off only to measure plain differences
 # beside the default (benchmarks/derivative_accuracy.py), in functions traced after setting it.
 REGIME_CHECKED = True
+# Whether the solver's warm start is among the state's columns (see _state_columns); off only to
+# measure the rules as they were (benchmarks/derivative_accuracy.py).
+WARMSTART_COLUMNS = True
 
 
 def _state_columns(spec: SimSpec) -> np.ndarray:
-  """Indices in a row of the entries that derivatives perturb: qpos, qvel, act."""
+  """Indices in a row of the entries that derivatives perturb: qpos, qvel, act, and the
+  constraint solver's warm start.
+
+  The warm start is part of the state because MuJoCo's solvers stop on a tolerance: the next
+  step depends (slightly) on the warm start this one leaves, and a chain of steps that ignored it
+  would differ from its own secant by that much (about 1e-3 relative on the Go1 in contact,
+  whose Newton solver stops after two or three iterations; docs/derivatives.md).
+  """
   layout = spec.model_info.layout
-  return np.r_[
+  parts = [
     np.arange(layout.qpos.start, layout.qpos.stop),
     np.arange(layout.qvel.start, layout.qvel.stop),
     np.arange(layout.act.start, layout.act.stop),
-  ].astype(np.int64)
+  ]
+  if spec.model_info.warmstart and WARMSTART_COLUMNS:
+    parts.append(np.arange(layout.qacc_warmstart.start, layout.qacc_warmstart.stop))
+  return np.concatenate(parts).astype(np.int64)
 
 
 def _ctrl_columns(spec: SimSpec) -> np.ndarray:

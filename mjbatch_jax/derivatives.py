@@ -46,7 +46,7 @@ def transition_fd(
     state: (..., nstate) rows.
     ctrl: (..., nu) controls.
     params: from Simulator.params.
-    eps: the perturbation; None: 1e-6.
+    eps: the perturbation; None: 1e-6 (controls eps / 10, as in `step`'s rules).
     centered: True: centred differences for every column; False: forward differences; None
       (default): centred for the positions, forward for the rest (the rules of `step` do the
       same; docs/derivatives.md measures why).

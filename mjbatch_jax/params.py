@@ -111,6 +111,9 @@ class ModelInfo:
   integrator: int
   ctrlrange: tuple[tuple[float, float], ...]
   ctrllimited: tuple[bool, ...]
+  # The constraint solver starts from the row's warm start (not disabled): derivatives then
+  # perturb it too.
+  warmstart: bool = True
 
 
 @dataclasses.dataclass(frozen=True)

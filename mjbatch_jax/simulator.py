@@ -75,6 +75,8 @@ class Simulator:
       integrator=int(model.opt.integrator),
       ctrlrange=tuple((float(lo), float(hi)) for lo, hi in model.actuator_ctrlrange),
       ctrllimited=tuple(bool(x) for x in model.actuator_ctrllimited),
+      warmstart=not model.opt.disableflags & (mujoco.mjtDisableBit.mjDSBL_WARMSTART
+                                              | mujoco.mjtDisableBit.mjDSBL_CONSTRAINT),
     )
     self._spec = SimSpec(
       engine=self._id,
