@@ -103,6 +103,7 @@ class Differencer {
   // does not show (a line-search bracket of the Newton solver): on the Go1 trotting, one control
   // column at 1e-6 was off by 3%, at 1e-7 by 2e-7 (docs/derivatives.md).
   double Step(int column, double eps) const {
+    if (!p_.regime_checked) return eps;  // the plain rules, as they were
     const std::size_t c = column;
     const std::size_t first = p_.tangent ? 2 * m_->nv + m_->na : ctrl_;
     return c >= first && c < first + m_->nu ? eps * kControlStep : eps;

@@ -25,7 +25,7 @@ struct Perturbation {
   std::vector<int> columns;
   // Per column: centred differences (copies at +eps and -eps) instead of forward ones.
   std::vector<bool> centered;
-  // The step: eps, and eps * kControlStep for the controls' columns.
+  // The step: eps, and eps * kControlStep for the controls' columns (regime-checked only).
   double eps = 1e-6;
   bool tangent = false;
   // Difference only copies in their nominal row's regime (the default). Off: plain forward or
