@@ -95,7 +95,9 @@ def test_two_processes_average_every_update(tmp_path):
 
   cli = outs["the example in 2 processes"]
   assert "[0] Go1 joystick, Brax's PPO" in cli and "2 process(es), 2 device(s)" in cli, cli
-  assert "[1] " not in cli, "process 1 printed: process 0 alone should"
+  # Gloo's own connection log comes from every rank; the example's lines from process 0 alone.
+  ours = [line for line in cli.splitlines() if "[Gloo]" not in line]
+  assert not [line for line in ours if line.startswith("[1] ")], cli
   assert f"[0] iter    {ITERATIONS}:" in cli, cli
   summary = json.loads((tmp_path / "cli.json").read_text())
   assert summary["processes"] == 2 and summary["env_steps"] == NUM_ENVS * UNROLL * ITERATIONS
