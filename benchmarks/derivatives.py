@@ -14,12 +14,10 @@ of CPU seconds (all threads; wall seconds beside them):
                at least;
   python:      mujoco.mjd_transitionFD in a Python loop over the N states (one thread);
   jvp_default: jax.jacfwd of mjbatch_jax.step w.r.t. the rows' state and the controls, with the
-               default rules (regime-checked, positions centred, the solver's warm start among
-               the state's columns);
-  jvp_forward: the same, forward differences (regime-checked, warm start among the columns);
-  jvp_old:     the same, plain forward differences over positions, velocities and activations
-               (no regime checks, no warm start): the rules before derivatives through contact
-               were made right by default.
+               default rules (regime-checked, positions centred, controls at eps / 10);
+  jvp_forward: the same, forward differences (regime-checked);
+  jvp_old:     the same, plain forward differences (no regime checks): the rules before
+               derivatives through contact were made right by default.
 and prints rows_forward/steps (target <= 1.1), python/rows_forward (target >= 1.8),
 native/rows_forward, and jvp_default/jvp_old and jvp_forward/jvp_old (the default's cost; the
 regime checks' cost). Writes benchmarks/results/derivatives-<model>-<date>.json and, when
@@ -101,7 +99,7 @@ def main(argv: list[str] | None = None) -> dict:
         data.ctrl[:] = host_ctrl[i]
         mujoco.mjd_transitionFD(model, data, 1e-6, False, a, b, None, None)
 
-    def jacobian(centered: bool | None, checked: bool, warm: bool = True):
+    def jacobian(centered: bool | None, checked: bool, warm: bool = False):
       # Read when the rule is traced: here, at the first call.
       _rules.REGIME_CHECKED, _rules.WARMSTART_COLUMNS = checked, warm
       try:
@@ -109,7 +107,7 @@ def main(argv: list[str] | None = None) -> dict:
           lambda s, c: mjbatch_jax.step(s, c, params, centered=centered), argnums=(0, 1)))
         jax.block_until_ready(fn(state, ctrl))
       finally:
-        _rules.REGIME_CHECKED, _rules.WARMSTART_COLUMNS = True, True
+        _rules.REGIME_CHECKED, _rules.WARMSTART_COLUMNS = True, False
       return lambda: jax.block_until_ready(fn(state, ctrl))
 
     cases = {
@@ -122,7 +120,7 @@ def main(argv: list[str] | None = None) -> dict:
     if not args.no_rules:
       cases["jvp_default"] = jacobian(None, True)
       cases["jvp_forward"] = jacobian(False, True)
-      cases["jvp_old"] = jacobian(False, False, warm=False)
+      cases["jvp_old"] = jacobian(False, False)
     for run in cases.values():
       run()  # compile and warm up
     times: dict[str, list[float]] = {name: [] for name in cases}

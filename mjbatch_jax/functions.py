@@ -73,12 +73,10 @@ def step(
       raised in this call (divergence, for one, is a warning and an automatic reset in MuJoCo),
       so that a jitted loop can mask bad rows. This variant is not differentiable.
     eps: the finite-difference step of derivatives (default 1e-6, controls eps / 10, on float64
-      rows whatever the arrays' dtype). The state's columns are its positions, velocities,
-      activations and, where the solver is warm-started, its warm start (docs/derivatives.md).
+      rows whatever the arrays' dtype; docs/derivatives.md).
     centered: how derivatives difference: None (default) centred for the positions, where
-      contacts curve the dynamics most, forward for the rest (about 1.5x the rows of the old
-      forward differences over positions and velocities); True centred for every column (twice
-      the rows); False forward only.
+      contacts curve the dynamics most, forward for the rest (about 1.3x the rows of forward
+      differences); True centred for every column (twice the rows); False forward only.
     observe: mjData fields to return with the new state, computed inside the same custom call
       (the names `forward` takes: "sensordata", "site_xpos", "xquat", "cvel", "qacc", ...).
     observe_at: "new": as mj_forward computes them on the new state, after the last substep
