@@ -10,6 +10,10 @@ from types import ModuleType
 
 import pytest
 
+# Reduced runs of the benchmark scripts, 1-30 s each and about 100 s together: behind the slow
+# marker, which .ci/run runs, so that the README's test command stays within its budget.
+pytestmark = pytest.mark.slow
+
 BENCHMARKS = Path(__file__).resolve().parent.parent / "benchmarks"
 
 TINY_XML = """
@@ -415,7 +419,6 @@ def test_scaling_rejects_slow_peer_configs_outside_the_grid(tmp_path: Path) -> N
   assert "--slow-peer-configs must be among" in proc.stderr
 
 
-@pytest.mark.slow
 def test_control_benchmark_reports_both_planners(tmp_path: Path) -> None:
   model = tmp_path / "arm.xml"
   model.write_text(

@@ -201,6 +201,7 @@ def test_tiny_training_resume_and_play(tmp_path):
   assert (tmp_path / "go1_play.png").is_file()
 
 
+@pytest.mark.slow  # eight runs of the example's command line in child processes
 def test_refusals(tmp_path):
   cases = [
     (["--play", "--command", "1.5"], "outside the trained range [0.0, 1.0]"),
