@@ -70,6 +70,11 @@ def _is_zero(tangent: Any) -> bool:
   return isinstance(tangent, SymbolicZero)
 
 
+def _with_params(spec: SimSpec, t_flat: Any) -> bool:
+  """Whether the params' columns are needed: a tangent for them, and params to perturb."""
+  return not _is_zero(t_flat) and len(spec.param_columns) > 0
+
+
 def _first_order_only(*primals: Any) -> None:
   """Refuse a rule whose primals are themselves being differentiated (a second derivative).
 
@@ -153,7 +158,7 @@ def _step_jvp(
   state, ctrl, flat = primals
   _first_order_only(*primals)
   t_state, t_ctrl, t_flat = tangents
-  with_flat = not _is_zero(t_flat) and len(spec.param_columns) > 0
+  with_flat = _with_params(spec, t_flat)
   wrt = (not _is_zero(t_state), not _is_zero(t_ctrl), with_flat)
   if not any(wrt):
     out = step(state, ctrl, flat, spec, nstep, eps, centered)
@@ -194,7 +199,7 @@ def _rollout_tangents(
   state, ctrls, flat = primals
   t_state, t_ctrls, t_flat = tangents
   with_ctrl = not _is_zero(t_ctrls)
-  with_flat = not _is_zero(t_flat) and len(spec.param_columns) > 0
+  with_flat = _with_params(spec, t_flat)
   # After the first knot the state depends on whatever was perturbed: its columns always count.
   wrt = (True, with_ctrl, with_flat)
   lead, nknot = state.shape[:-1], ctrls.shape[-2]
@@ -267,7 +272,7 @@ def _forward_jvp(
   _first_order_only(*primals)
   t_state, t_flat = tangents
   with_state = not _is_zero(t_state)
-  with_flat = not _is_zero(t_flat) and len(spec.param_columns) > 0
+  with_flat = _with_params(spec, t_flat)
   if not with_state and not with_flat:
     out = forward(state, flat, spec, names, sizes, eps)
     return out, tuple(jnp.zeros_like(o) for o in out)
@@ -320,7 +325,7 @@ def _step_observed_jvp(
   state, ctrl, flat = primals
   _first_order_only(*primals)
   t_state, t_ctrl, t_flat = tangents
-  with_flat = not _is_zero(t_flat) and len(spec.param_columns) > 0
+  with_flat = _with_params(spec, t_flat)
   wrt = (not _is_zero(t_state), not _is_zero(t_ctrl), with_flat)
   if not any(wrt):
     new, observed = step_observed(state, ctrl, flat, spec, nstep, eps, centered, names, sizes)
