@@ -84,6 +84,7 @@ class Differencer {
         qpos_(Offset(m_, mjSTATE_QPOS)),
         qvel_(Offset(m_, mjSTATE_QVEL)),
         ctrl_(Offset(m_, mjSTATE_CTRL)),
+        warmstart_(Offset(m_, mjSTATE_WARMSTART)),
         direction_(m_->nv, 0.0),
         tangent_(m_->nv, 0.0) {
     if (fields) {
@@ -108,6 +109,30 @@ class Differencer {
     const std::size_t first = p_.tangent ? 2 * m_->nv + m_->na : ctrl_;
     return c >= first && c < first + m_->nu ? eps * kControlStep : eps;
   }
+  // Whether a column is the solver's warm start (a row entry, never in the tangent space).
+  bool IsWarmStart(int column) const {
+    const std::size_t c = column;
+    return !p_.tangent && c >= warmstart_ && c < warmstart_ + m_->nv;
+  }
+
+  // How far a centred column's forward and backward quotients disagree, relative to the larger:
+  // over the physical state (positions, velocities, activations) after the substeps.
+  double Disagreement(const Sample& nominal, const Sample& plus, const Sample& minus) const {
+    const std::size_t end = qvel_ + m_->nv + m_->na;
+    double apart = 0, up = 0, down = 0;
+    const double hp = plus.delta, hm = -minus.delta;
+    for (std::size_t j = qpos_; j < end; ++j) {
+      if (j >= qpos_ + m_->nq && j < qvel_) continue;
+      const double f = (plus.state[j] - nominal.state[j]) / hp;
+      const double b = (nominal.state[j] - minus.state[j]) / hm;
+      apart += (f - b) * (f - b);
+      up += f * f;
+      down += b * b;
+    }
+    const double scale = std::max(up, down);
+    return scale > 0 ? std::sqrt(apart / scale) : 0.0;
+  }
+
   std::size_t observe_width() const { return observe_width_; }
   const std::vector<std::size_t>& offsets() const { return offsets_; }
 
@@ -239,7 +264,7 @@ class Differencer {
   const std::vector<ParamField>* fields_;
   bool set_const_;
   int nstep_;
-  std::size_t nstate_, width_, qpos_, qvel_, ctrl_;
+  std::size_t nstate_, width_, qpos_, qvel_, ctrl_, warmstart_;
   std::size_t observe_width_ = 0;
   std::vector<std::size_t> offsets_;
   std::size_t start_ = 0;
@@ -343,10 +368,16 @@ Status FiniteDifference(Engine& engine, const Inputs<T>& in, int nstep, const Pe
         Choice& choice = choices[i * k + c];
         const Sample& plus = samples[i * first + 1 + c];
         const Sample* minus = backward[c] ? &samples[i * first + backward[c]] : nullptr;
-        if (!p.regime_checked) {
+        if (!p.regime_checked || diff.IsWarmStart(p.columns[c])) {
           choice = {plus, minus ? *minus : nominal(i), true};
         } else if (minus) {
-          switched += Decide(nominal(i), plus, *minus, &choice);
+          const bool crossed = Decide(nominal(i), plus, *minus, &choice);
+          // Both copies in the regime, yet their quotients far apart: a switch the regime does
+          // not show (see kDisagreement).
+          const bool kink =
+              !crossed && diff.Disagreement(nominal(i), plus, *minus) > kDisagreement;
+          if (kink) choice.decided = false;
+          switched += crossed || kink;
           if (!choice.decided) pending.push_back(i * k + c);
         } else if (plus.regime == nominal(i).regime) {
           choice = {plus, nominal(i), true};

@@ -33,22 +33,19 @@ DEFAULT_EPS = 1e-6
 # cpp/finite_difference.h). Read when a rule is traced; off only to measure plain differences
 # beside the default (benchmarks/derivative_accuracy.py), in functions traced after setting it.
 REGIME_CHECKED = True
-# Whether the solver's warm start is among the state's columns (see _state_columns). Off: on the
-# Go1 it took a rollout's derivative from about 1e-3 to 6e-5, but on the G1 standing (Newton,
-# pyramidal cones) its columns, differenced and regime-checked, made a 10-knot chain's median
-# error 1e-3 instead of 3e-6 (docs/derivatives.md). Kept to measure it
-# (benchmarks/derivative_accuracy.py).
-WARMSTART_COLUMNS = False
+# Whether the solver's warm start is among the state's columns (see _state_columns). Read when a
+# rule is traced; off only to measure the rules without it (benchmarks/derivative_accuracy.py).
+WARMSTART_COLUMNS = True
 
 
 def _state_columns(spec: SimSpec) -> np.ndarray:
-  """Indices in a row of the entries that derivatives perturb: qpos, qvel, act, and with
-  WARMSTART_COLUMNS the constraint solver's warm start.
+  """Indices in a row of the entries that derivatives perturb: qpos, qvel, act, and the
+  constraint solver's warm start.
 
   MuJoCo's solvers stop on a tolerance, so the next step depends (slightly) on the warm start
   this one leaves; a chain of steps that ignores it differs from its own secant by about that
-  much (1e-3 relative on the Go1 in contact). Differencing the warm start removes that on the
-  Go1 but adds more on the G1 (docs/derivatives.md), so it is off.
+  much per step, and over 50 knots of the Go1 trotting by up to 25% (docs/derivatives.md). The
+  engine differences these columns plainly, forward at eps (cpp/finite_difference.h).
   """
   layout = spec.model_info.layout
   parts = [
