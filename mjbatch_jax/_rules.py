@@ -53,9 +53,17 @@ def _state_columns(spec: SimSpec) -> np.ndarray:
     np.arange(layout.qvel.start, layout.qvel.stop),
     np.arange(layout.act.start, layout.act.stop),
   ]
-  if spec.model_info.warmstart and WARMSTART_COLUMNS:
+  if WARMSTART_COLUMNS and _solver_runs(spec):
     parts.append(np.arange(layout.qacc_warmstart.start, layout.qacc_warmstart.stop))
   return np.concatenate(parts).astype(np.int64)
+
+
+def _solver_runs(spec: SimSpec) -> bool:
+  """Whether a step can run the constraint solver from the row's warm start. Without
+  constraints the result does not depend on the warm start, and its columns would be zeros;
+  a params leaf of friction loss can add constraints to a model that has none."""
+  info = spec.model_info
+  return info.warmstart and (info.constraints or any("frictionloss" in f for f in spec.fields))
 
 
 def _ctrl_columns(spec: SimSpec) -> np.ndarray:

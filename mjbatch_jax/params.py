@@ -111,9 +111,11 @@ class ModelInfo:
   integrator: int
   ctrlrange: tuple[tuple[float, float], ...]
   ctrllimited: tuple[bool, ...]
-  # The constraint solver starts from the row's warm start (not disabled): derivatives then
-  # perturb it too.
+  # The constraint solver starts from the row's warm start (not disabled), and the model can
+  # have constraint rows (simulator._may_have_constraints): derivatives perturb the warm start
+  # when both hold (mjbatch_jax._rules).
   warmstart: bool = True
+  constraints: bool = True
 
 
 @dataclasses.dataclass(frozen=True)

@@ -25,6 +25,28 @@ def _float_dtype() -> np.dtype:
   return np.dtype(jnp.result_type(float))
 
 
+def _may_have_constraints(model: mujoco.MjModel) -> bool:
+  """Whether a step of the model can have constraint rows: constraints not disabled, and an
+  equality, a limit, friction loss or a possible contact (parent-child filtering not applied)."""
+  disabled = int(model.opt.disableflags)
+  bits = mujoco.mjtDisableBit
+  if disabled & bits.mjDSBL_CONSTRAINT:
+    return False
+  if model.neq or model.nflex or model.npair:
+    return True
+  if not disabled & bits.mjDSBL_LIMIT and (model.jnt_limited.any() or model.tendon_limited.any()):
+    return True
+  if not disabled & bits.mjDSBL_FRICTIONLOSS and (model.dof_frictionloss.any()
+                                                   or model.tendon_frictionloss.any()):
+    return True
+  if disabled & bits.mjDSBL_CONTACT:
+    return False
+  contype, conaffinity = model.geom_contype, model.geom_conaffinity
+  collide = (contype[:, None] & conaffinity[None, :]) | (contype[None, :] & conaffinity[:, None])
+  other_body = model.geom_bodyid[:, None] != model.geom_bodyid[None, :]
+  return bool(np.any((collide != 0) & other_body))
+
+
 class Simulator:
   """Simulations of one model for the pure JAX functions (`step`, `rollout`, `forward`).
 
@@ -77,6 +99,7 @@ class Simulator:
       ctrllimited=tuple(bool(x) for x in model.actuator_ctrllimited),
       warmstart=not model.opt.disableflags & (mujoco.mjtDisableBit.mjDSBL_WARMSTART
                                               | mujoco.mjtDisableBit.mjDSBL_CONSTRAINT),
+      constraints=_may_have_constraints(model),
     )
     self._spec = SimSpec(
       engine=self._id,

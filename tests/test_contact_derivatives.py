@@ -191,6 +191,48 @@ def test_float32_transition_fd_rows_on_the_standing_go1():
     assert error < 0.01, error
 
 
+@models.requires_models
+def test_the_solver_warm_start_is_differenced():
+  # The Go1 trotting in place (as benchmarks/derivative_accuracy.py drives it), at a step where
+  # its Newton solver stops on its tolerance with the next velocities depending on where it
+  # started: d qvel' / d qacc_warmstart has a norm of about 1e-3, the same at secant steps of
+  # 1e-4, 1e-6 and 1e-8. A chain of Jacobians without these columns misses it.
+  model = models.load(GO1)
+  data = mujoco.MjData(model)
+  mujoco.mj_resetDataKeyframe(model, data, 0)
+  home = model.key_ctrl[0].copy()
+  for _ in range(400):
+    lift = np.maximum(0.0, np.sin(2 * np.pi * 2.0 * data.time) * np.array([1, -1, -1, 1]))
+    data.ctrl[:] = home
+    data.ctrl[1::3] += 0.4 * lift
+    data.ctrl[2::3] -= 0.8 * lift
+    mujoco.mj_step(model, data)
+  row, ctrl = models.row(model, data), data.ctrl.copy()
+  with mjbatch_jax.Simulator(model) as sim:
+    warm, qvel = sim.layout.qacc_warmstart, sim.layout.qvel
+    params = sim.params(1)
+    state = jnp.asarray(row[None])
+    jacobian = jax.jacfwd(lambda w: mjbatch_jax.step(state.at[0, warm].set(w), ctrl[None],
+                                                     params)[0, qvel])(state[0, warm])
+
+  def secant(j: int, h: float = 1e-6) -> np.ndarray:
+    ends = []
+    for sign in (1, -1):
+      d = mujoco.MjData(model)
+      shifted = row.copy()
+      shifted[warm.start + j] += sign * h
+      mujoco.mj_setState(model, d, shifted, mujoco.mjtState.mjSTATE_INTEGRATION)
+      d.ctrl[:] = ctrl
+      mujoco.mj_step(model, d)
+      ends.append(d.qvel.copy())
+    return (ends[0] - ends[1]) / (2 * h)
+
+  expected = np.stack([secant(j) for j in range(model.nv)], axis=1)
+  assert np.linalg.norm(expected) > 1e-4  # the dependence this test is about
+  error = np.linalg.norm(np.asarray(jacobian) - expected) / np.linalg.norm(expected)
+  assert error < 1e-2, error
+
+
 def test_check_grads_passes_right_rules_and_catches_wrong_ones():
   model = models.load(SMOOTH_CARTPOLE)
   with mjbatch_jax.Simulator(model) as sim:
