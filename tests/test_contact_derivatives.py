@@ -1,6 +1,9 @@
 """Derivatives through contact: right by default where a finite-difference copy crosses a switch
 of the dynamics (contact onset, limits, cone states, clamps, solver iterations)."""
 
+import importlib.util
+import sys
+from pathlib import Path
 from typing import Any
 
 import jax
@@ -18,6 +21,7 @@ from tests.models import CHEETAH_XML, GO1, SMOOTH_CARTPOLE
 jax.config.update("jax_enable_x64", True)
 
 SECANT = 1e-7
+BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
 
 
 def record(model: mujoco.MjModel, steps: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
@@ -231,6 +235,45 @@ def test_the_solver_warm_start_is_differenced():
   assert np.linalg.norm(expected) > 1e-4  # the dependence this test is about
   error = np.linalg.norm(np.asarray(jacobian) - expected) / np.linalg.norm(expected)
   assert error < 1e-2, error
+
+
+def _benchmark(name: str) -> Any:
+  spec = importlib.util.spec_from_file_location(name, BENCHMARKS / f"{name}.py")
+  assert spec is not None and spec.loader is not None
+  sys.path.insert(0, str(BENCHMARKS))
+  try:
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+  finally:
+    sys.path.remove(str(BENCHMARKS))
+  return module
+
+
+@pytest.mark.slow
+@models.requires_models
+@pytest.mark.parametrize("model, knots, point", [
+  ("unitree_go1", 50, 6),  # the solver's warm start, chained over 50 knots: 25% off
+  ("unitree_g1", 10, 15),  # a position's copy at -1e-6 crossing a switch the hash misses: 2.8x
+])
+def test_points_where_the_rules_were_wrong(model: str, knots: int, point: int):
+  # Points of benchmarks/derivative_accuracy.py's float64 run (seed 0) where the default without
+  # the warm start's columns and the disagreement check was off (docs/derivatives.md); smooth at
+  # the secant's scale.
+  accuracy = _benchmark("derivative_accuracy")
+  problem = accuracy.Problem(accuracy.TASKS[model](), 400 // knots, knots, 2, jnp.float64)
+  rng = np.random.default_rng(0)
+  for _ in range(point + 1):
+    theta, ctrls, d_theta, d_ctrls = problem.point(rng)
+  loss = jax.jit(problem.loss)
+  values = [float(loss({k: theta[k] + s * SECANT * d_theta[k] for k in theta}, ctrls + s * SECANT
+                       * d_ctrls)) for s in (1, 0, -1)]
+  secant = (values[0] - values[2]) / (2 * SECANT)
+  assert abs((values[0] - values[1]) - (values[1] - values[2])) / SECANT < 1e-3 * abs(secant)
+  _, tangent = jax.jit(lambda *a: jax.jvp(problem.loss, a[:2], a[2:]))(theta, ctrls, d_theta,
+                                                                       d_ctrls)
+  derivative = float(tangent)
+  problem.sim.close()
+  assert abs(derivative - secant) < 0.01 * abs(secant), (derivative, secant)
 
 
 def test_check_grads_passes_right_rules_and_catches_wrong_ones():
