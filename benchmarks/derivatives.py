@@ -14,8 +14,9 @@ of CPU seconds (all threads; wall seconds beside them):
                at least;
   python:      mujoco.mjd_transitionFD in a Python loop over the N states (one thread);
   jvp_default: jax.jacfwd of mjbatch_jax.step w.r.t. the rows' state and the controls, with the
-               default rules (regime-checked, positions centred, controls at eps / 10);
-  jvp_forward: the same, forward differences (regime-checked);
+               default rules (regime-checked, positions centred, controls at eps / 10, the
+               solver's warm start among the columns);
+  jvp_forward: the same, forward differences (regime-checked, warm start among the columns);
   jvp_old:     the same, plain forward differences (no regime checks): the rules before
                derivatives through contact were made right by default.
 and prints rows_forward/steps (target <= 1.1), python/rows_forward (target >= 1.8),

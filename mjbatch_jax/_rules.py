@@ -215,6 +215,15 @@ def _rollout_tangents(
   ts = jnp.zeros_like(s) if _is_zero(t_state) else flatten(t_state, spec.nstate)
   tu = t_ctrls.reshape(m, nknot, spec.nu).swapaxes(0, 1) if with_ctrl else None
   tf = flatten(t_flat, width) if with_flat else None
+  dtype = s.dtype
+  if jax.config.read("jax_enable_x64") and dtype != jnp.float64:
+    # The rollout keeps each simulation's state in float64 from knot to knot and rounds only
+    # what it returns; the chain must follow that path, not one rounded at every knot: near a
+    # switch a float32 rounding moves a knot to its other side, and the derivative with it (on
+    # the G1, 7% over 50 knots; docs/derivatives.md). Without x64 there is no float64 to carry.
+    s, u, f, ts = (a.astype(jnp.float64) for a in (s, u, f, ts))
+    tu = None if tu is None else tu.astype(jnp.float64)
+    tf = None if tf is None else tf.astype(jnp.float64)
 
   def knot(carry: tuple, inputs: tuple) -> tuple:
     x, tx = carry
@@ -233,7 +242,7 @@ def _rollout_tangents(
     knot, (s, ts), xs)
 
   def unflatten(x: jax.Array) -> jax.Array:
-    return x.swapaxes(0, 1).reshape(*lead, nknot, x.shape[-1])
+    return x.swapaxes(0, 1).reshape(*lead, nknot, x.shape[-1]).astype(dtype)
 
   primal = (unflatten(states), unflatten(sensordata), tuple(map(unflatten, observed)))
   tangent = (unflatten(t_states), unflatten(t_sensordata), tuple(map(unflatten, t_observed)))

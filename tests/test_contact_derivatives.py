@@ -237,6 +237,24 @@ def test_the_solver_warm_start_is_differenced():
   assert error < 1e-2, error
 
 
+def test_a_float32_rollouts_derivative_follows_its_float64_path():
+  # rollout keeps each simulation's state in float64 between knots and rounds what it returns;
+  # with x64 on, the rule's chain follows that path (not one rounded at each knot), so the jvp's
+  # primal is the rollout's, bit for bit.
+  model = mujoco.MjModel.from_xml_string(CHEETAH_XML)
+  with mjbatch_jax.Simulator(model) as sim:
+    params = sim.params(4, ("body_mass",))
+    state = sim.init_state(4).astype(jnp.float32)
+    ctrls = jnp.asarray(np.random.default_rng(0).uniform(-1, 1, (4, 30, model.nu)), jnp.float32)
+    states, sensordata = mjbatch_jax.rollout(state, ctrls, params)
+    primal, tangent = jax.jvp(lambda c: mjbatch_jax.rollout(state, c, params), (ctrls,),
+                              (ctrls,))
+    jax.block_until_ready(tangent)
+  assert tangent[0].dtype == jnp.float32
+  np.testing.assert_array_equal(np.asarray(primal[0]), np.asarray(states))
+  np.testing.assert_array_equal(np.asarray(primal[1]), np.asarray(sensordata))
+
+
 def _benchmark(name: str) -> Any:
   spec = importlib.util.spec_from_file_location(name, BENCHMARKS / f"{name}.py")
   assert spec is not None and spec.loader is not None
