@@ -23,7 +23,8 @@ is smooth at the secant's scale; other points are counted, not judged):
 
 and timed by CPU seconds of the jvp (all threads), relative to the first variant (the old
 default unless --variants says otherwise). With --dtype
-float32 the arrays are float32 (the secants stay float64). --adam N identifies the cheetah's 4
+float32 the arrays are float32 (the secants stay float64, of the same problem: the recording's
+rows and the params fields' model values rounded to float32). --adam N identifies the cheetah's 4
 masses and 6 dampings from 59 windows of 10 knots with optax's Adam, N iterations, from the new
 default and from the old one.
 
@@ -167,7 +168,15 @@ class Problem:
   def __init__(self, task: Task, windows: int, length: int, threads: int, dtype: Any,
                seed: int = 0):
     self.task, self.length, self.dtype = task, length, dtype
+    if dtype != jnp.float64:
+      # The problem a float32 user has: params arrays (and with them the rows of each field
+      # that are not selected, which keep the model's values) and rows in float32. The secants,
+      # in float64, are then of the same problem.
+      for name in task.fields:
+        field = getattr(task.model, name)
+        field[:] = field.astype(dtype).astype(np.float64)
     rows, ctrls = record(task, windows * length, seed)
+    rows = np.asarray(rows, dtype).astype(np.float64)
     self.sim = mjbatch_jax.Simulator(task.model, num_threads=threads)
     layout = self.sim.layout
     starts = np.arange(windows) * length

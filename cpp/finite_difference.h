@@ -25,8 +25,9 @@ struct Perturbation {
   std::vector<int> columns;
   // Per column: centred differences (copies at +eps and -eps) instead of forward ones.
   std::vector<bool> centered;
-  // The step: eps, and eps * kControlStep for the controls' columns (regime-checked only). The
-  // solver's warm start (a row entry) is differenced forward at eps, never checked or refined:
+  // The step: eps, and eps * kControlStep for the controls' and the warm start's columns
+  // (regime-checked only). The solver's warm start (a row entry) is differenced forward, never
+  // checked or refined:
   // it changes where the solver starts, not which constraints are active; a step of it often
   // changes the solver's iteration count, and refining it to smaller steps measured the solver's
   // rounding instead (on the G1 a 10-knot chain's median error 1e-3 instead of 3e-6).
@@ -47,7 +48,7 @@ struct FiniteDifferenceCounts {
   int64_t unresolved = 0;  // of which no step down to eps * 1e-4 stayed in the regime
 };
 
-// A control's column is stepped by eps times this (see Differencer::Step).
+// A control's or the warm start's column is stepped by eps times this (Differencer::Step).
 inline constexpr double kControlStep = 0.1;
 
 // A centred column whose forward and backward quotients (over positions, velocities and
