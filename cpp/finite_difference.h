@@ -27,10 +27,10 @@ struct Perturbation {
   std::vector<bool> centered;
   // The step: eps, and eps * kControlStep for the controls' and the warm start's columns
   // (regime-checked only). The solver's warm start (a row entry) is differenced forward, never
-  // checked or refined:
-  // it changes where the solver starts, not which constraints are active; a step of it often
-  // changes the solver's iteration count, and refining it to smaller steps measured the solver's
-  // rounding instead (on the G1 a 10-knot chain's median error 1e-3 instead of 3e-6).
+  // checked or refined: it changes where the solver starts, not which constraints are active; a
+  // step of it often changes the solver's iteration count, and refining it to smaller steps
+  // measured the solver's rounding instead (on the G1 a 10-knot chain's median error 1e-3
+  // instead of 3e-6).
   double eps = 1e-6;
   bool tangent = false;
   // Difference only copies in their nominal row's regime (the default). Off: plain forward or

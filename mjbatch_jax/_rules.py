@@ -45,7 +45,7 @@ def _state_columns(spec: SimSpec) -> np.ndarray:
   MuJoCo's solvers stop on a tolerance, so the next step depends (slightly) on the warm start
   this one leaves; a chain of steps that ignores it differs from its own secant by about that
   much per step, and over 50 knots of the Go1 trotting by up to 25% (docs/derivatives.md). The
-  engine differences these columns plainly, forward at eps (cpp/finite_difference.h).
+  engine differences these columns plainly, forward at eps/10 (cpp/finite_difference.h).
   """
   layout = spec.model_info.layout
   parts = [
