@@ -8,18 +8,23 @@ for a CPU by --cpu-scale (the default): 256 envs, batch 256 x 8 minibatches, 4 u
 batch and an evaluation every --iterations-per-eval iterations (Playground's GPU sizes: 2048 or
 8192 envs, batch 1024 or 256 x 32 minibatches, 16 or 4 updates, which on 2 CPU cores spend
 minutes of SGD per iteration). A run stops at the first evaluation after --budget seconds of
-wall clock, compile time included. Float32, as Playground trains.
+wall clock, compile time included. Float32, as Playground trains. The runs of an env follow
+one another, or with --side-by-side run at once, each process pinned to a CPU of its own (our
+physics on one thread): both physics then see the same wall clock and the same machine load,
+which on a shared machine matters more than a second core.
 
 Reported per run: the eval reward against wall seconds, process CPU seconds and env steps, and
 the time to the first evaluation (compile); a plot of the curves, ours beside MJX's.
 
   python benchmarks/playground_ppo.py --envs CartpoleBalance,Go1JoystickFlatTerrain \
       --budget 600,600
+  python benchmarks/playground_ppo.py --side-by-side --budget 900
 """
 
 import argparse
 import functools
 import json
+import os
 import subprocess
 import sys
 import time
@@ -43,9 +48,13 @@ CPU_SCALE = {"num_envs": 256, "batch_size": 256, "num_minibatches": 8,
 
 
 def train_one(name: str, physics: str, budget: float, iterations_per_eval: int,
-              seed: int, cpu_scale: bool) -> dict[str, Any]:
-  """One PPO run; the curve up to the first evaluation after budget seconds."""
+              seed: int, cpu_scale: bool, cpu: int | None = None) -> dict[str, Any]:
+  """One PPO run; the curve up to the first evaluation after budget seconds. With cpu, the
+  process runs on that CPU alone (before JAX starts) and our physics on one thread."""
   import importlib
+
+  if cpu is not None:
+    os.sched_setaffinity(0, {cpu})
 
   import jax
 
@@ -63,7 +72,10 @@ def train_one(name: str, physics: str, budget: float, iterations_per_eval: int,
 
   envs.install_brax_compat()
   start_wall, start_cpu = time.monotonic(), time.process_time()
-  load = playground.load if physics == "mjbatch_jax" else playground.load_mjx
+  if physics == "mjbatch_jax":
+    load = functools.partial(playground.load, num_threads=0 if cpu is None else 1)
+  else:
+    load = playground.load_mjx
   env = load(name)
   eval_env = load(name)
   if name in registry.dm_control_suite.ALL_ENVS:
@@ -111,7 +123,7 @@ def train_one(name: str, physics: str, budget: float, iterations_per_eval: int,
                           if isinstance(v, (int, float, str, bool))},
     "cpu_scale": CPU_SCALE if cpu_scale else None,
     "network": network, "num_eval_envs": num_eval_envs, "jax": jax.__version__,
-    "first_eval_s": curve[0]["wall_s"] if curve else None, "curve": curve,
+    "cpu": cpu, "first_eval_s": curve[0]["wall_s"] if curve else None, "curve": curve,
   }
 
 
@@ -125,7 +137,10 @@ def main() -> None:
   parser.add_argument("--playground-sizes", action="store_true",
                       help="Playground's own (GPU) sizes instead of --cpu-scale's")
   parser.add_argument("--seed", type=int, default=0)
+  parser.add_argument("--side-by-side", action="store_true",
+                      help="an env's runs at once, each process on a CPU of its own")
   parser.add_argument("--one", action="store_true", help="internal: a single run, JSON to stdout")
+  parser.add_argument("--cpu", type=int, default=None, help="internal: with --one, the CPU")
   parser.add_argument("--out", type=Path, default=RESULTS)
   args = parser.parse_args()
   names = [n for n in args.envs.split(",") if n]
@@ -140,19 +155,30 @@ def main() -> None:
       parser.error(f"--physics takes {PHYSICS}, got {p!r}")
   if args.one:
     run = train_one(names[0], physics[0], budgets[0], args.iterations_per_eval, args.seed,
-                    not args.playground_sizes)
+                    not args.playground_sizes, args.cpu)
     print("RESULT " + json.dumps(run))
     return
+  cpus = sorted(os.sched_getaffinity(0))
+  if args.side_by_side and len(cpus) < len(physics):
+    parser.error(f"--side-by-side needs a CPU per physics ({len(physics)}), this process has "
+                 f"{len(cpus)}")
   runs = []
   for name, budget in zip(names, budgets, strict=True):
-    for p in physics:  # each run in a fresh process: no compile cache, no memory carried over
+    # Each run in a fresh process: no compile cache, no memory carried over. Side by side, the
+    # physics' runs share the machine's wall clock and load, each on a CPU of its own.
+    children = []
+    for i, p in enumerate(physics):
       command = [sys.executable, __file__, "--one", "--envs", name, "--physics", p,
                  "--budget", str(budget), "--iterations-per-eval", str(args.iterations_per_eval),
                  "--seed", str(args.seed)] + (["--playground-sizes"] if args.playground_sizes
                                               else [])
-      out = subprocess.run(command, stdout=subprocess.PIPE, text=True)  # stderr: as it comes
-      lines = [line for line in (out.stdout or "").splitlines() if line.startswith("RESULT ")]
-      if out.returncode != 0 or not lines:
+      command += ["--cpu", str(cpus[i])] if args.side_by_side else []
+      child = subprocess.Popen(command, stdout=subprocess.PIPE, text=True)  # stderr: as it comes
+      children.append((p, child, None if args.side_by_side else child.communicate()[0]))
+    for p, child, stdout in children:
+      stdout = child.communicate()[0] if stdout is None else stdout
+      lines = [line for line in (stdout or "").splitlines() if line.startswith("RESULT ")]
+      if child.returncode != 0 or not lines:
         raise SystemExit(f"{name} on {p} failed")
       runs.append(json.loads(lines[-1][len("RESULT "):]))
       last = runs[-1]["curve"][-1]

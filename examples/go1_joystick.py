@@ -5,27 +5,23 @@
   python examples/go1_joystick.py --play                       # 10 s at 0.5 m/s, plot, GIF
   python examples/go1_joystick.py --processes 2 --threads 1    # data-parallel, 2 processes
 
-The task is an `mjbatch_jax.envs.Env` shaped like MuJoCo Playground's Go1 joystick (a config
-dict, `reset`/`step` for one env, reward terms as named methods, metrics), on MuJoCo
-Menagerie's Go1 (../shared/models/unitree_go1) as Playground sets it up: 4 ms x 5 substeps per
-50 Hz step, position actuators with kp 35 and kd 0.5, the rotor inertia added to the legs'
-armature. Actions move the 12 joint targets around 'home'. The 50 observations: base velocity,
-angular velocity and gravity in the base frame, joint angles (minus home) and velocities, the
-last action, the command (forward, sideways, yaw rate; redrawn every 5 s) and the 2 Hz gait
-clock. The reward tracks the command and a trot (the diagonal pairs FR+RL and FL+RR swinging in
-turn) and penalises leaving home, tilting, bouncing, wobbling, joint limits and jerky actions;
-a fall ends the episode. The feet come from the step call (`observe=`, at no extra cost).
-Friction of the floor and feet is drawn in [0.4, 1.0] per env and again every 5 s by the
-library's `DomainRandomizationWrapper`; episodes, auto-resets and NaN actions (done) are the
-library's wrappers' too.
+The task is an `mjbatch_jax.envs.Env` shaped like MuJoCo Playground's Go1 joystick (config
+dict, `reset`/`step` for one env, reward terms as named methods, metrics) on Menagerie's Go1
+(../shared/models/unitree_go1) as Playground sets it up: 4 ms x 5 substeps per 50 Hz step, kp 35
+and kd 0.5, rotor inertia added to the legs' armature. Actions move the 12 joint targets around
+'home'; the 50 observations are the base's velocities and gravity in its frame, joint angles and
+velocities, the last action, the command (forward, sideways, yaw rate; redrawn every 5 s) and
+the 2 Hz gait clock. The reward tracks the command and a trot (FR+RL and FL+RR in turn) and
+penalises leaving home, tilting, bouncing, wobbling, joint limits and jerky actions; a fall ends
+the episode. The feet come from the step call (`observe=`). Floor and feet friction in [0.4,
+1.0], redrawn every 5 s, episodes, auto-resets and NaN actions (done) are the library's wrappers'.
 
-Training is `mjbatch_jax.agents.ppo.train`, Brax's PPO as it is, data-parallel over
---processes. Every --eval-every iterations process 0 checks the deterministic policy at 0.5
-m/s forward (16 envs, 10 s from a standstill: the mean forward-velocity error from 1 s on, and
-the envs that fell) and writes a checkpoint (--out; --resume goes on from it). Time to walk is
-the training time (checks not counted) until that error is below 0.1 m/s with no fall. The run
-ends with a summary (.json beside --out) and the curve (_curve.png); --play reruns the check
-on the saved policy, plots it (_play.png) and, with MUJOCO_GL=egl, writes a GIF (_play.gif).
+Training is `mjbatch_jax.agents.ppo.train` (Brax's PPO, data-parallel over --processes). Every
+--eval-every iterations process 0 checks the deterministic policy at 0.5 m/s (16 envs, 10 s
+from a standstill: mean forward-velocity error from 1 s on, and falls) and writes a checkpoint
+(--out; --resume goes on from it). Time to walk: training time (checks not counted) until that
+error is below 0.1 m/s with no fall. The run writes a summary (.json beside --out) and its curve;
+--play reruns the check on the saved policy, plots it and, with MUJOCO_GL=egl, writes a GIF.
 """
 
 import argparse
@@ -119,8 +115,6 @@ class Joystick(envs.Env):
                                              for k in ("command_low", "command_high"))
     self._command_period = round(config["command_period"] / self.dt)
     self.friction_period = round(config["friction_period"] / self.dt)
-
-  # -- the env -----------------------------------------------------------------------------------
 
   def reset(self, rng: jax.Array) -> envs.State:
     rng, noise_key, command_key = jax.random.split(rng, 3)
@@ -232,17 +226,12 @@ class Joystick(envs.Env):
   def _cost_action_rate(self, action: jax.Array, last_action: jax.Array) -> jax.Array:
     return jnp.sum((action - last_action) ** 2)
 
-  # -- domain randomisation ----------------------------------------------------------------------
-
   def randomize(self, params: Any, rng: jax.Array) -> Any:
     """Friction of the floor and the feet, one draw in config["friction"] (the feet have
     priority 1: their friction is that of their contacts); torsional and rolling stay."""
     friction = params["geom_friction"]
     value = jax.random.uniform(rng, (), friction.dtype, *self.config["friction"])
     return params.replace({"geom_friction": friction.at[self._ground, 0].set(value)})
-
-
-# -- the check: 10 s at 0.5 m/s forward --------------------------------------------------------
 
 
 class Evaluation:
@@ -284,9 +273,6 @@ class Evaluation:
 
 def walks(metrics: dict[str, float]) -> bool:
   return metrics["eval/forward_error"] < WALKING and metrics["eval/falls"] == 0
-
-
-# -- training ------------------------------------------------------------------------------------
 
 # Two layers of 64: the SGD is most of an iteration's CPU time besides the physics, and with
 # 128 units it took 0.12-0.15 of it (benchmarks/rl.py --time-to-walk measures it).
@@ -347,10 +333,9 @@ def train(args: argparse.Namespace, leader: bool) -> dict[str, Any]:
     "eval_wall_s": curve[-1].eval_wall_s, "threads": env.sim.num_threads,
     "processes": jax.process_count(),
     "final_velocity_error": final["forward_error"], "falls": int(final["falls"]),
-    "time_to_walk_s": None if first is None else first.wall_s,
-    "time_to_walk_cpu_s": None if first is None else first.cpu_s,
-    "time_to_walk_env_steps": None if first is None else first.env_steps,
-    "time_to_walk_iterations": None if first is None else first.iteration,
+    **{f"time_to_walk_{key}": None if first is None else getattr(first, field) for key, field
+       in (("s", "wall_s"), ("cpu_s", "cpu_s"), ("env_steps", "env_steps"),
+           ("iterations", "iteration"))},
     "load_average": {"min": min(load, default=None), "median": float(np.median(load or [np.nan])),
                      "max": max(load, default=None)},
     "ppo": {k: v for k, v in kwargs.items() if k != "randomization_fn"},
@@ -368,22 +353,12 @@ def sibling(out: Path, suffix: str) -> Path:
 
 
 def plot_curve(out: Path, curve: list[ppo.Progress]) -> None:
-  plt = common.pyplot()
-  if plt is None:
-    return
-  fig, axes = plt.subplots(1, 2, figsize=(11, 3.8))
-  minutes = [p.wall_s / 60 for p in curve]
-  axes[0].plot(minutes, [p.metrics["eval/forward_error"] for p in curve], "o-", ms=3)
-  axes[0].axhline(WALKING, color="k", ls="--", lw=0.8, label="walks (and no fall)")
-  axes[0].set(xlabel="training time (min)", ylabel="m/s", yscale="log",
-              title=f"forward-velocity error at {PLAY_COMMAND} m/s")
-  axes[0].legend()
-  axes[1].plot([p.env_steps / 1e6 for p in curve], [p.metrics["eval/falls"] for p in curve], "o-")
-  axes[1].set(xlabel="env steps (M)", ylabel="envs of 16", title="falls in the 10 s check")
-  common.save_figure(fig, sibling(out, "_curve.png"))
-
-
-# -- play ----------------------------------------------------------------------------------------
+  errors = [p.metrics["eval/forward_error"] for p in curve]
+  common.plot_series(sibling(out, "_curve.png"), np.array([p.wall_s / 60 for p in curve]), {
+    f"error at {PLAY_COMMAND} m/s": {"forward-velocity error": np.array(errors),
+                                     "walks (and no fall)": np.full(len(curve), WALKING)},
+    "falls of 16": {"falls in the 10 s check": np.array([p.metrics["eval/falls"] for p in curve])},
+  }, title="Go1 joystick, Brax's PPO", xlabel="training time (min)")
 
 
 def play(args: argparse.Namespace) -> dict[str, Any]:
@@ -399,26 +374,16 @@ def play(args: argparse.Namespace) -> dict[str, Any]:
   print(f"falls: {int(metrics['falls'])}")
   passed = metrics["forward_error"] <= PASSES and not metrics["falls"]
   print(f"check: {'passed' if passed else 'failed'} (error <= {PASSES} m/s, no fall)")
-  plt = common.pyplot()
-  if plt is not None:
-    t = evaluation.task.dt * np.arange(1, forward.shape[0] + 1)
-    fig, ax = plt.subplots(figsize=(8, 4))
-    ax.plot(t, forward, color="tab:blue", alpha=0.25, lw=0.8)
-    ax.plot(t, forward.mean(1), color="tab:blue", lw=2, label=f"achieved (mean of "
-            f"{forward.shape[1]} envs)")
-    ax.axhline(args.command, color="k", ls="--", label="commanded")
-    ax.set(xlabel="time (s)", ylabel="forward velocity (m/s)",
-           title=f"Go1 joystick policy, {int(metrics['falls'])} falls")
-    ax.legend()
-    common.save_figure(fig, sibling(args.out, "_play.png"))
+  t = evaluation.task.dt * np.arange(1, forward.shape[0] + 1)
+  common.plot_series(sibling(args.out, "_play.png"), t, {"forward velocity (m/s)": {
+    f"achieved (mean of {forward.shape[1]} envs)": forward.mean(1),
+    "commanded": np.full(len(t), args.command)}}, title=f"Go1 joystick policy, "
+    f"{int(metrics['falls'])} falls")
   every = max(1, round(0.04 / evaluation.task.dt))  # 25 frames per second
   print(common.render(evaluation.task.mj_model, rows[: round(4 / evaluation.task.dt): every],
                       sibling(args.out, "_play.gif"), fps=25, camera="tracking",
                       geomgroups=(0, 1, 2, 3)))
   return metrics
-
-
-# -- the command line ----------------------------------------------------------------------------
 
 
 def main(argv: list[str] | None = None) -> dict | int:
@@ -444,18 +409,18 @@ def main(argv: list[str] | None = None) -> dict | int:
   args = common.parse(parser, argv)
 
   low, high = default_config()["command_low"][0], default_config()["command_high"][0]
-  if not low <= args.command <= high:
-    parser.error(f"--command {args.command} m/s is outside the trained range [{low}, {high}]")
-  if args.num_envs % args.minibatches:
-    parser.error(f"--num-envs {args.num_envs} must be a multiple of --minibatches "
-                 f"{args.minibatches}")
-  if args.iterations % args.eval_every:
-    parser.error(f"--iterations {args.iterations} must be a multiple of --eval-every "
-                 f"{args.eval_every}")
-  if not args.model.is_file():
-    parser.error(f"--model {args.model}: no such file (MuJoCo Menagerie's unitree_go1/scene.xml)")
-  if args.out.suffix != ".npz":
-    parser.error(f"--out must end in .npz, got {args.out}")
+  for wrong, message in (
+      (not low <= args.command <= high, f"--command {args.command} m/s is outside the trained "
+       f"range [{low}, {high}]"),
+      (args.num_envs % args.minibatches, f"--num-envs {args.num_envs} must be a multiple of "
+       f"--minibatches {args.minibatches}"),
+      (args.iterations % args.eval_every, f"--iterations {args.iterations} must be a multiple of "
+       f"--eval-every {args.eval_every}"),
+      (not args.model.is_file(), f"--model {args.model}: no such file (Menagerie's "
+       "unitree_go1/scene.xml)"),
+      (args.out.suffix != ".npz", f"--out must end in .npz, got {args.out}")):
+    if wrong:
+      parser.error(message)
   launched = os.environ.get(launch.ENV_NUM_PROCESSES, "1") != "1"
   if args.play:
     if args.processes > 1 or launched:
@@ -466,11 +431,10 @@ def main(argv: list[str] | None = None) -> dict | int:
       parser.error(f"--play: {e}")
   if args.processes > 1 and not launched:  # each process runs this script again
     return launch.launch(args.processes, [__file__, *(sys.argv[1:] if argv is None else argv)])
-  config = default_config()
   try:
     # Starts the multi-process runtime when launched (before any JAX computation) and checks
     # that every process has the same model, versions and envs per device.
-    dist = distributed.setup(go1_model(args.model, config), args.num_envs, args.threads)
+    dist = distributed.setup(go1_model(args.model, default_config()), args.num_envs, args.threads)
   except ValueError as e:
     parser.error(f"--num-envs {args.num_envs}: {e}")
   with dist.sim:
