@@ -263,11 +263,14 @@ class PhysicsProbe:
   Keeps a batch of envs of its own (as many as training steps), wrapped as training wraps them;
   each call rolls it on for one unroll under the current (stochastic) policy, recording the
   controls, then times replaying them from the unroll's first rows with the env's own step call
-  (same substeps, observed fields and warnings), the compiled replay's least CPU time of two.
+  (same substeps, observed fields and warnings), the compiled replay's least CPU time of two,
+  times the unrolls of an iteration (Brax's iteration rolls its num_envs envs
+  batch_size x num_minibatches / num_envs times).
   """
 
   def __init__(self, env: envs.Env, kwargs: dict[str, Any]):
     self.task, self.num_envs, self.unroll = env, kwargs["num_envs"], kwargs["unroll_length"]
+    self.unrolls = kwargs["batch_size"] * kwargs["num_minibatches"] // kwargs["num_envs"]
     self.env = envs.wrap_for_brax_training(
       env, kwargs["episode_length"], randomization_fn=kwargs.get("randomization_fn"),
       randomization_period=kwargs.get("randomization_period"))
@@ -312,7 +315,7 @@ class PhysicsProbe:
       jax.block_until_ready(self._replay(*args))
       cpu.append(time.process_time() - c)
       wall.append(time.perf_counter() - w)
-    return {"physics_cpu_s": min(cpu), "physics_wall_s": min(wall)}
+    return {"physics_cpu_s": self.unrolls * min(cpu), "physics_wall_s": self.unrolls * min(wall)}
 
 
 def go1_task(threads: int) -> tuple[envs.Env, dict[str, Any], Any, Callable[[dict], bool]]:
@@ -384,6 +387,7 @@ def time_to_walk_row(name: str, threads: int, max_iterations: int, eval_every: i
     "time_to_walk_env_steps": None if first is None else first.env_steps,
     "time_to_walk_iterations": None if first is None else first.iteration,
     "env_steps_per_iteration": per_iteration, "num_envs": kwargs["num_envs"],
+    "unrolls_per_iteration": probe.unrolls,
     "compile_s": float(wall[0] - np.median(wall[steady])),
     "compile_cpu_s": float(cpu[0] - np.median(cpu[steady])),
     "iteration_wall_s": float(np.median(wall[steady])), "iteration_cpu_s": iteration_cpu,

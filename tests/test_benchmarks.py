@@ -324,7 +324,7 @@ def test_rl_time_to_walk_reports_its_row(tmp_path: Path) -> None:
   assert not row["passed"] and row["time_to_walk_s"] is None and row["iterations_run"] == 2
   assert [p["iteration"] for p in row["curve"]] == [1, 2]
   assert "eval/episode_reward" in row["curve"][0]["metrics"]
-  assert row["env_steps_per_iteration"] == 512 * 20 * 4
+  assert row["env_steps_per_iteration"] == 512 * 20 * 4 and row["unrolls_per_iteration"] == 4
   assert row["iteration_cpu_s"] > 0 and row["physics_cpu_s"] > 0
   assert 0 < row["physics_share_cpu"] < 1 and row["env_steps_per_cpu_s"] > 0
   assert "time to walk not reached" in proc.stdout
