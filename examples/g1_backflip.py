@@ -1270,8 +1270,11 @@ def _profile_on(sim: mjbatch_jax.Simulator, clip: dict, ctrl, states, nstep: int
   # Each state, nv copies moved along each position direction, nv more (the velocity
   # directions: the same poses, the same cost to compute).
   dq = jnp.concatenate([jnp.zeros((1, model.nv)), settings.eps * jnp.eye(model.nv)])
-  qpos = tangent.integrate_pos(tangent.Joints.of(model), states[:, None, sim.layout.qpos],
-                               dq[None], 1.0)
+  shape = (knots + 1, 1 + model.nv)
+  qpos = tangent.integrate_pos(tangent.Joints.of(model),
+                               jnp.broadcast_to(states[:, None, sim.layout.qpos],
+                                                (*shape, model.nq)),
+                               jnp.broadcast_to(dq, (*shape, model.nv)), 1.0)
   rows = jnp.broadcast_to(states[:, None], (*qpos.shape[:2], sim.nstate))
   rows = jnp.concatenate([rows.at[..., sim.layout.qpos].set(qpos),
                           jnp.broadcast_to(states[:, None], (knots + 1, model.nv, sim.nstate))],
