@@ -618,7 +618,7 @@ def _vector(what: str, x: Any, size: int, names: tuple[str, ...], allow_inf: boo
     array = np.full(size, float(array))
   if array.shape != (size,):
     raise ValueError(f"{what} must have shape ({size},) (one per number), got {array.shape}")
-  bad = np.isnan(array) | (~allow_inf & np.isinf(array)) | (positive & ~(array > 0))
+  bad = np.isnan(array) | ((not allow_inf) & np.isinf(array)) | (positive & ~(array > 0))
   if np.any(bad):
     i = int(np.flatnonzero(bad)[0])
     want = "a number > 0" if positive else "a finite number"
