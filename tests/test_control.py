@@ -1,5 +1,6 @@
 """mjbatch_jax.control: the planners against known answers, and their refusals of bad input."""
 
+import ctypes
 import itertools
 
 import jax
@@ -395,6 +396,27 @@ def test_a_diverging_line_search_row_never_aborts_an_ilqr_iteration(point):
   states, _, warnings = mjbatch_jax.rollout(point_start(point)[None], result.ctrls[None],
                                             point.params(1), return_warnings=True)
   assert int(warnings.sum()) == 0
+
+
+def test_a_non_finite_backward_pass_never_reaches_mujoco(point, capfd):
+  # sqrt(|u|) at u = 0: a finite cost whose control Jacobian is 0 * inf = NaN, so every
+  # feedforward is NaN. Those rows are refused before they are stepped: MuJoCo never sees a NaN
+  # control (it would print a warning per row and reset the simulation).
+  layout = point.layout
+
+  def residual(x, u, obs, t):
+    return jnp.concatenate([x[layout.qpos], jnp.sqrt(jnp.abs(u))])
+
+  cost = control.Cost(residual, (control.Term(2), control.Term(2)))
+  ctrls = jnp.zeros((4, 2))
+  result = jax.block_until_ready(
+    control.ilqr(cost, point.params(1), point_start(point), ctrls, iterations=2))
+  ctypes.CDLL(None).fflush(None)  # MuJoCo prints its warnings with C stdio, buffered in a pipe
+  out, err = capfd.readouterr()
+  assert "WARNING" not in out + err
+  assert not np.isfinite(np.asarray(result.feedforward)).all()  # the backward pass did fail
+  np.testing.assert_array_equal(np.asarray(result.ctrls), np.asarray(ctrls))  # kept the plan
+  assert int(result.iterations) == 1 and np.isfinite(float(result.cost))
 
 
 def test_sampling_with_observations_and_per_candidate_params(point):

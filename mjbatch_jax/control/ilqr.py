@@ -336,7 +336,10 @@ def _solve(cost, w, params, start, ctrls, lo, hi, mu0, nstep, iterations, settin
     def knot(x, inputs):
       k, gain, x_nom, u_nom = inputs
       u = u_nom + alphas[:, None] * k + tangent.difference(x_nom, x) @ gain.T
-      u = jnp.clip(u, lo, hi)
+      # A backward pass through a blown-up linearisation can give NaN: such a row steps the
+      # nominal controls instead and counts as failed, so MuJoCo never sees (nor warns of) NaN.
+      finite = jnp.all(jnp.isfinite(u), axis=-1)
+      u = jnp.clip(jnp.where(finite[:, None], u, u_nom), lo, hi)
       if cost.observe:
         x, obs, warnings, errors = fn.step(x, u, p_lines, nstep=nstep, observe=cost.observe,
                                            return_warnings=True, return_errors=True)
@@ -344,7 +347,7 @@ def _solve(cost, w, params, start, ctrls, lo, hi, mu0, nstep, iterations, settin
         x, warnings, errors = fn.step(x, u, p_lines, nstep=nstep, return_warnings=True,
                                       return_errors=True)
         obs = {}
-      return x, (x, u, obs, pl.failed(warnings, errors))
+      return x, (x, u, obs, pl.failed(warnings, errors) | ~finite)
 
     first = jnp.broadcast_to(states[0], (len(settings.step_sizes), spec.nstate))
     _, (xs, new_us, obs, bad) = jax.lax.scan(knot, first, (ks, gains, states[:-1], us))
