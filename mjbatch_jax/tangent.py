@@ -38,8 +38,14 @@ class Joints:
 
 
 def integrate_pos(joints: Joints, qpos: jax.Array, qvel: jax.Array, scale: float) -> jax.Array:
-  """qpos (..., nq) moved by qvel (..., nv) * scale on the manifold, as mj_integratePos."""
-  out = qpos
+  """qpos (..., nq) moved by qvel (..., nv) * scale on the manifold, as mj_integratePos.
+
+  The leading axes of qpos and qvel broadcast against each other (one pose moved along many
+  directions, or many poses along one).
+  """
+  lead = jnp.broadcast_shapes(qpos.shape[:-1], qvel.shape[:-1])
+  out = jnp.broadcast_to(qpos, (*lead, qpos.shape[-1]))
+  qvel = jnp.broadcast_to(qvel, (*lead, qvel.shape[-1]))
   for kind, qa, da in zip(joints.types, joints.qposadr, joints.dofadr, strict=True):
     if kind == _FREE:
       out = out.at[..., qa : qa + 3].add(scale * qvel[..., da : da + 3])
@@ -78,5 +84,5 @@ def differentiate_pos(joints: Joints, qpos1: jax.Array, qpos2: jax.Array, dt: fl
 
 def dof_perturbations(joints: Joints, qpos: jax.Array, eps: float) -> jax.Array:
   """(..., nv, nq): qpos moved by eps along each degree of freedom, as mjd_transitionFD does."""
-  start = jnp.broadcast_to(qpos[..., None, :], (*qpos.shape[:-1], joints.nv, joints.nq))
-  return integrate_pos(joints, start, eps * jnp.eye(joints.nv, dtype=qpos.dtype), 1.0)
+  return integrate_pos(joints, qpos[..., None, :], eps * jnp.eye(joints.nv, dtype=qpos.dtype),
+                       1.0)

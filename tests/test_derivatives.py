@@ -122,6 +122,15 @@ def test_tangent_maps_match_mujoco():
   mujoco.mj_integratePos(model, want, qvel, 0.3)
   got = tangent.integrate_pos(joints, jnp.asarray(qpos), jnp.asarray(qvel), 0.3)
   np.testing.assert_allclose(got, want, atol=1e-14)
+  # Leading axes broadcast: two poses, each moved along three directions.
+  poses = np.stack([qpos, model.qpos0])
+  moves = rng.normal(size=(3, model.nv))
+  got = tangent.integrate_pos(joints, jnp.asarray(poses)[:, None], jnp.asarray(moves), 0.3)
+  assert got.shape == (2, 3, model.nq)
+  for i, j in np.ndindex(2, 3):
+    one = poses[i].copy()
+    mujoco.mj_integratePos(model, one, moves[j], 0.3)
+    np.testing.assert_allclose(got[i, j], one, atol=1e-14)
   back = np.empty(model.nv)
   mujoco.mj_differentiatePos(model, back, 0.3, qpos, want)
   got = tangent.differentiate_pos(joints, jnp.asarray(qpos), jnp.asarray(want), 0.3)
