@@ -1,6 +1,6 @@
 """A backflip on the Unitree G1: a reference built from physics, tracked whole-body by iLQR.
 
-  python examples/g1_backflip.py [--frames 200] [--samples 96] [--iterations 12] [--threads 0]
+  python examples/g1_backflip.py [--frames 200] [--samples 48] [--iterations 12] [--threads 0]
   python examples/g1_backflip.py --reference        # build the reference, check it, stop
   python examples/g1_backflip.py --play [--profile] # replay the saved plan: metrics, plots, GIF
 
@@ -38,18 +38,25 @@ clamps every joint's torque at its limit.
 Tracking: the seed's cost (twelve bodies, weights per m^2 and rad^2, Huber-like above a
 threshold, the root loose in x/y and 1000x tighter in z) against the reference, over 200 knots
 of 10 physics steps. The warm start is the better of the reference's joint angles and its
-inverse-dynamics servo targets as the servos' targets; a cross-entropy search over whole-body
-synergy offsets at knots (one rollout call of all candidates per iteration) improves it; then
-`control.ilqr` (one transition_fd call per iteration, contact-rich take-off and landing).
+inverse-dynamics servo targets as the servos' targets, up to the push. From the push on, a
+cross-entropy search over whole-body synergy targets held for sampled times (push, tuck, open,
+settle; then a ramp to standing) replaces it, scored on the flip's own terms beside a fifth of
+the tracking cost (the turn in flight, bodies other than the feet on the floor, the pelvis up
+and level at the end), each candidate run on four randomised robots: all of an iteration's runs
+are the rows of one rollout call. Then `control.ilqr` with the seed's cost alone, one
+iteration per call (one transition_fd call each, contact-rich take-off and landing): the
+reference asks more than the robot can give, so the tracking cost can prefer a plan that
+follows it further and falls; an iteration whose plan no longer lands and stands ends the solve.
 
 Replays: open-loop (the controls) and closed-loop with the plan's time-varying gains (the state
-measured each knot, u = ctrl + K dx), both from the same start, one rollout call per knot and
-every physics step's floor contacts from contact sensors added to the model (they do not change
-the physics); the closed loop again on randomised robots (link masses x[0.9, 1.1], floor
-friction [0.6, 1.0]) as the rows of the same calls. The last line printed is one JSON object:
-rotation_rad, flight_s, apex_m, landed, upright_s, mean_pos_err_mm, mean_rot_err_deg,
-open_loop_landed, robust_landed_share. --profile times an iLQR iteration against its physics
-calls on 1 and 2 threads.
+measured each knot, u = ctrl + K dx; K from a backward pass about the plan at the mu, of a few,
+whose closed loop stands on the most of 16 validation robots), both from the same start, one
+rollout call per knot and every physics step's floor contacts from contact sensors added to the
+model (they do not change the physics); the closed loop again on randomised robots (link masses
+x[0.9, 1.1], floor friction [0.6, 1.0]) as the rows of the same calls. The last line printed
+is one JSON object: rotation_rad, flight_s, apex_m, landed, upright_s, mean_pos_err_mm,
+mean_rot_err_deg, open_loop_landed, robust_landed_share. --profile times an iLQR iteration
+against its physics calls on 1 and 2 threads.
 """
 
 import argparse
@@ -863,6 +870,10 @@ def flip_metrics(qpos: np.ndarray, floor: np.ndarray, dt: float) -> dict:
   first_up = down + (low[-1] + 1 if len(low) else 0)
   out["upright_s"] = float(max(len(qpos) - first_up, 0) * dt) if out["landed"] else 0.0
   out["takeoff_s"], out["touchdown_s"] = off * dt, down * dt
+  # Where the pelvis points at either end (positive: leaning forward): a full turn in flight
+  # lands it where it took off.
+  last = min(down, len(pitch) - 1)
+  out["takeoff_pitch"], out["touchdown_pitch"] = _wrap(pitch[off]), _wrap(pitch[last])
   return out
 
 
@@ -888,23 +899,38 @@ SYNERGIES = ("hip_pitch", "knee", "ankle_pitch", "waist_pitch", "shoulder_pitch"
 PHASES = ("push", "tuck", "open", "settle")
 # Where the search starts: (synergy targets in rad, duration in s) per phase, in the order of
 # SYNERGIES - a hard hip and knee extension with the arms swinging up, a full tuck, the legs out
-# for the landing, a crouch. These are where two earlier searches of this kind ended (48 x 10,
-# then 96 x 25 candidates x iterations, from a hand-set start: hips +1.0, knees 0.8 in the push;
-# the tuck at the joints' limits; a squat); targets beyond a joint's range are clipped to it.
+# for the landing, a crouch. These are where earlier searches of this kind ended (48 x 10, then
+# 96 x 25 candidates x iterations with the tracking cost in full, from a hand-set start: hips
+# +1.0, knees 0.8 in the push, the tuck at the joints' limits, a squat; then 96 x 30 with the
+# objective below, which lands; then 48 x 25 on CEM_ROBOTS robots each); targets beyond a
+# joint's range are clipped to it.
 PROGRAM_START = np.array([
-  [0.616, 0.924, 0.041, 0.636, -2.202, 1.790, 0.212],
-  [-2.843, 2.047, -0.591, 0.182, -1.241, 1.411, 0.242],
-  [-1.699, 1.758, -0.666, 0.032, -0.907, 0.725, 0.151],
-  [-2.120, 2.651, -1.441, 0.617, -0.382, 0.337, 0.659],
+  [0.525, 0.870, 0.032, 0.592, -2.365, 1.768, 0.241],
+  [-2.714, 2.499, -0.723, 0.209, -1.226, 1.330, 0.197],
+  [-1.766, 1.527, -0.688, 0.123, -0.998, 0.694, 0.068],
+  [-2.038, 2.700, -1.441, 0.535, -0.452, 0.382, 0.705],
 ])
 PROGRAM_SPREAD = np.array([0.15] * len(SYNERGIES) + [0.03])  # CEM's first standard deviations
 RAMP_S = 0.6  # from the settling crouch to standing
-# What the sampling planner adds to the tracking cost (for the initial guess only: iLQR then
-# refines with the seed's cost alone): each knot from the push on that ends with a body other
-# than the feet on the floor, and each radian by which the backward turn in flight (between
-# knots that end off the floor) falls short of a full turn.
+# The sampling planner's objective (for the initial guess only: iLQR then refines with the
+# seed's cost alone) is the flip's, with the tracking cost a fifth of it: at full weight it
+# prefers a plan that follows the infeasible reference's bodies early and never lands. Added:
+# each knot from the push on that ends with a body other than the feet on the floor; each radian
+# by which the backward turn in flight (between knots that end off the floor) falls short of a
+# full turn; and over the last STAND_KNOTS, each knot with the pelvis below PELVIS_UPRIGHT and
+# the pelvis's tilt (1 - cos pitch) summed.
+TRACK_SHARE = 0.2
 TOUCH_PENALTY = 200.0
 TURN_PENALTY = 2000.0
+TURN_GOAL = 6.15  # rad: a little past the target 2 pi - 0.3, so the search keeps turning
+LOW_PENALTY = 50.0
+TILT_PENALTY = 100.0
+STAND_KNOTS = 55  # 1.1 s: upright_s's target is 1 s
+# Each candidate is run on this many randomised robots (as robust_params, drawn afresh each
+# iteration and apart from the robustness replay's) and scored by the mean: a plan that lands
+# only on the nominal robot is found easily and lands on a quarter of the others.
+CEM_ROBOTS = 4
+CEM_SEED = 1000
 
 
 def synergy_matrix(model: mujoco.MjModel) -> np.ndarray:
@@ -946,27 +972,28 @@ def program(model: mujoco.MjModel, guess: np.ndarray, t_push: float):
 
 def cem(sim, cost: control.Cost, start, base: np.ndarray, t_push: float, nstep: int,
         samples: int, iterations: int, seed: int, log=print) -> jax.Array:
-  """Cross-entropy search over the program's knots (see PHASES) for the tracking cost and the
-  flip's own terms (TOUCH_PENALTY, TURN_PENALTY); every iteration's candidates are the rows of
-  one rollout call."""
+  """Cross-entropy search over the program's knots (see PHASES) for the flip's objective (see
+  TRACK_SHARE); every iteration's candidates are the rows of one rollout call."""
   frames = len(base)
   plan = program(sim.model, base, t_push)
   weights = cost_terms.weights(cost.terms, frames)
-  params = sim.params(samples)
+  rows = samples * CEM_ROBOTS
   cols = floor_columns(sim)
   quat = sim.layout.qpos.start + 3
   pushing = jnp.asarray(FRAME_DT * np.arange(1, frames + 1) > t_push)
+  standing = jnp.asarray(np.arange(1, frames + 1) > frames - STAND_KNOTS)
+  height = sim.layout.qpos.start + 2
 
   @jax.jit
-  def evaluate(z):
-    ctrls = jax.vmap(plan)(z)
-    x0 = jnp.broadcast_to(start, (samples, start.shape[-1]))
+  def evaluate(z, params):
+    ctrls = jnp.repeat(jax.vmap(plan)(z), CEM_ROBOTS, axis=0)  # each candidate's robots in turn
+    x0 = jnp.broadcast_to(start, (rows, start.shape[-1]))
     states, sensors, obs, warnings = mjbatch_jax.rollout(
       x0, ctrls, params, nstep=nstep, observe=cost.observe, return_warnings=True)
     held = jnp.concatenate([ctrls[:, 1:], ctrls[:, -1:]], axis=1)
-    t = jnp.broadcast_to(jnp.arange(1, frames + 1), (samples, frames))
+    t = jnp.broadcast_to(jnp.arange(1, frames + 1), (rows, frames))
     r = jax.vmap(jax.vmap(cost.residual))(states, held, obs, t)
-    total = jnp.sum(cost_terms.knot_cost(cost.terms, r, weights[1:]), axis=-1)
+    total = TRACK_SHARE * jnp.sum(cost_terms.knot_cost(cost.terms, r, weights[1:]), axis=-1)
     floor = sensors[..., cols]
     touches = jnp.sum(pushing & (floor[..., 2] > floor[..., 0] + floor[..., 1]), axis=-1)
     w, x, y, zq = (states[..., quat + i] for i in range(4))
@@ -974,9 +1001,12 @@ def cem(sim, cost: control.Cost, start, base: np.ndarray, t_push: float, nstep: 
     turn = -jnp.angle(jnp.exp(1j * jnp.diff(pitch, axis=-1)))  # backward, per knot
     airborne = floor[..., 2] == 0
     flown = jnp.sum(jnp.where(airborne[:, 1:] & airborne[:, :-1], turn, 0.0), axis=-1)
-    total += TOUCH_PENALTY * touches + TURN_PENALTY * jnp.maximum(2 * np.pi - flown, 0.0)
+    low = jnp.sum(standing & (states[..., height] < PELVIS_UPRIGHT), axis=-1)
+    tilt = jnp.sum(standing * (1 - jnp.cos(pitch)), axis=-1)
+    total += (TOUCH_PENALTY * touches + TURN_PENALTY * jnp.maximum(TURN_GOAL - flown, 0.0)
+              + LOW_PENALTY * low + TILT_PENALTY * tilt)
     bad = jnp.any(warnings[:, DIVERGED] > 0, axis=-1) | ~jnp.isfinite(total)
-    return jnp.where(bad, jnp.inf, total)
+    return jnp.where(bad, jnp.inf, total).reshape(samples, CEM_ROBOTS).mean(axis=1)
 
   elites = max(samples // 8, 2)
   mean = jnp.asarray(PROGRAM_START.ravel())
@@ -987,7 +1017,7 @@ def cem(sim, cost: control.Cost, start, base: np.ndarray, t_push: float, nstep: 
     key, sub = jax.random.split(key)
     z = control.gaussian_samples(sub, mean, std, samples)  # the mean is candidate 0
     z = z.at[1].set(best_z)  # and the best so far candidate 1
-    costs = evaluate(z)
+    costs = evaluate(z, robust_params(sim, rows, CEM_SEED + i))
     mean, std = control.cem_update(mean, std, z, costs, elites, std_min=0.01)
     if costs.min() < best:
       best, best_z = costs.min(), z[jnp.argmin(costs)]
@@ -1001,6 +1031,11 @@ def cem(sim, cost: control.Cost, start, base: np.ndarray, t_push: float, nstep: 
 # Contacts make the linearisation good only near the trajectory: a strong start for mu, and mu
 # raised after short steps (see control.ILQRSettings).
 SETTINGS = control.ILQRSettings(mu_init=10.0, mu_min=1e-3, mu_max=1e8, tolerance=1e-4)
+# The solve runs control.ilqr one iteration per call (see track): its gains are computed apart.
+ROUND = SETTINGS._replace(final_gains=False)
+GUARD_RETRIES, GUARD_MU_FACTOR, GUARD_ROBOTS = 2, 100.0, 8
+UPRIGHT_GOAL = 1.0  # s upright after landing: what counts as standing
+VALIDATION = 16  # randomised robots on which the closed loop's gains are chosen
 KIND = "g1_backflip"
 PLAN_KEYS = ("ctrl", "gains", "states", "start", "ref_qpos", "ref_xpos", "ref_xquat")
 
@@ -1135,7 +1170,8 @@ def print_result(result: dict, log=print) -> None:
         f"({np.degrees(m['rotation_rad']):.0f} deg) over a flight of {m['flight_s']:.3f} s "
         f"({m['takeoff_s']:.2f}-{m['touchdown_s']:.2f} s), pelvis apex {m['apex_m']:.2f} m, "
         f"{'landed on the feet' if m['landed'] else 'did NOT land on the feet'}, upright for "
-        f"{m['upright_s']:.2f} s after")
+        f"{m['upright_s']:.2f} s after; the pelvis pitched {m['takeoff_pitch']:+.2f} rad at "
+        f"take-off, {m['touchdown_pitch']:+.2f} at touchdown")
   e = result["errors"]
   pos, rot = 1e3 * np.linalg.norm(e[..., :3], axis=-1), np.degrees(np.linalg.norm(e[..., 3:],
                                                                                axis=-1))
@@ -1177,20 +1213,17 @@ def solve(args: argparse.Namespace) -> dict:
         print(f"cost of the sampled plan {float(total(guess)):.1f}")
         jax.block_until_ready(guess)
     with solving():
-      result = control.ilqr(cost, one, start, guess, nstep=nstep, iterations=args.iterations,
-                            settings=SETTINGS, verbose=True)
+      result, costs, tried = track(sim, cost, start, guess, nstep, args.iterations, args.seed)
       jax.block_until_ready(result)
-    iterations = int(result.iterations)
+    iterations = len(costs) - 1
     sampled, ilqr_s = sampling.wall, solving.wall
-    print(f"solve: CEM {sampled:.1f} s, iLQR {iterations} iterations in {ilqr_s:.1f} s "
-          f"({ilqr_s / max(iterations, 1):.1f} s per iteration with compilation; {frames} knots "
-          f"of {nstep} steps, {sim.num_threads} threads); cost {float(result.costs[0]):.1f} -> "
-          f"{float(result.cost):.1f}")
-    # The feedback gains of the closed loop: a backward pass about the plan with a chosen
-    # regularisation (the solve's last mu can be large, which shrinks the gains to nothing).
-    about = control.ilqr(cost, one, start, result.ctrls, nstep=nstep, iterations=0,
-                         mu=args.gains_mu, settings=SETTINGS)
-    plan = {"ctrl": np.asarray(result.ctrls), "gains": np.asarray(about.gains, np.float32),
+    print(f"solve: CEM {sampled:.1f} s, iLQR {iterations} iterations accepted of {tried} run in "
+          f"{ilqr_s:.1f} s ({ilqr_s / max(tried, 1):.1f} s per run with compilation; {frames} "
+          f"knots of {nstep} steps, {sim.num_threads} threads); cost {costs[0]:.1f} -> "
+          f"{costs[-1]:.1f}")
+    gains, gains_mu = closed_loop_gains(sim, cost, clip, start, result, nstep, args.gains_mu,
+                                        args.seed)
+    plan = {"ctrl": np.asarray(result.ctrls), "gains": np.asarray(gains, np.float32),
             "states": np.asarray(result.states)}
     evaluated = evaluate(sim, clip, start, plan, nstep, args.robust, args.seed)
   print_result(evaluated)
@@ -1200,16 +1233,128 @@ def solve(args: argparse.Namespace) -> dict:
                                       "ref_xquat": clip["xquat"]},
                      {"frames": frames, "nstep": nstep, "iterations": iterations,
                       "threads": args.threads, "robust": args.robust, "seed": args.seed,
-                      "gains_mu": args.gains_mu},
+                      "gains_mu": gains_mu},
                      version=version(model, flip))
   record = {"reference": report, "solve": {"cem_seconds": sampled, "ilqr_seconds": ilqr_s,
-                                           "iterations": iterations,
-                                           "costs": np.asarray(result.costs)},
+                                           "iterations": iterations, "costs": costs,
+                                           "gains_mu": gains_mu},
             "summary": summary}
   common.write_json(args.out.with_suffix(".json"), record)
   print(f"plan saved to {args.out}")
   common.print_summary(summary)
   return summary
+
+
+def open_loop_stands(sim: mjbatch_jax.Simulator, params, start, ctrls, nstep: int) -> list:
+  """Whether ctrls replayed open-loop stands (see stands) on each robot of params (one rollout
+  call, a row per robot)."""
+  rows = len(params["body_mass"])
+  held = jnp.broadcast_to(jnp.repeat(jnp.asarray(ctrls), nstep, axis=0), (rows, len(ctrls) * nstep,
+                                                                         sim.nu))
+  xs, sensors = mjbatch_jax.rollout(jnp.broadcast_to(start, (rows, sim.nstate)), held, params)
+  qpos, floor = np.asarray(xs[..., sim.layout.qpos]), np.asarray(sensors[..., floor_columns(sim)])
+  return [stands(flip_metrics(qpos[i], floor[i], sim.model.opt.timestep)) for i in range(rows)]
+
+
+def with_nominal(sim: mjbatch_jax.Simulator, params):
+  """The nominal robot as row 0 before the rows of params (robust_params' fields)."""
+  nominal = sim.params(1, ("body_mass", "geom_friction"), select={"geom_friction": ["floor"]},
+                       set_const=True)
+  return jax.tree.map(lambda a, b: jnp.concatenate([a, b]), nominal, params)
+
+
+def stands(metrics: dict) -> bool:
+  """Landed on the feet and upright for the time the target asks."""
+  return bool(metrics["landed"] and metrics["upright_s"] >= UPRIGHT_GOAL)
+
+
+def track(sim: mjbatch_jax.Simulator, cost: control.Cost, start, guess, nstep: int,
+          iterations: int, seed: int, log=print
+          ) -> tuple[control.ILQRResult, list[float], int]:
+  """control.ilqr from guess, one iteration per call; (the last accepted result, the costs
+  before the first and after each accepted iteration, how many calls ran).
+
+  The reference asks more than the G1 can give (see the feasibility printout), so the seed's
+  tracking cost can prefer a plan that follows its bodies more closely through the flight and
+  then falls, or lands only on the nominal robot. When the warm start lands and stands, an
+  iteration is refused whose plan, replayed open loop, no longer does, or does on fewer of
+  GUARD_ROBOTS randomised robots than the warm start (one rollout call per check): it runs
+  again from the same plan with mu GUARD_MU_FACTOR times larger (a shorter step), at most
+  GUARD_RETRIES times; then the solve ends with the plan before it.
+  """
+  one = sim.params(1)
+  result = control.ilqr(cost, one, start, guess, nstep=nstep, iterations=0, settings=ROUND)
+  costs = [float(result.cost)]
+  robots = with_nominal(sim, robust_params(sim, GUARD_ROBOTS, seed + 2))
+
+  def score(ctrls) -> tuple[bool, int]:
+    ok = open_loop_stands(sim, robots, start, ctrls, nstep)
+    return ok[0], sum(ok[1:])
+
+  first = score(guess)
+  guarded = first[0]
+  tried = 0
+  for i in range(iterations):
+    mu, step = result.mu, None
+    for _ in range(GUARD_RETRIES + 1):
+      trial = control.ilqr(cost, one, start, result.ctrls, nstep=nstep, iterations=1, mu=mu,
+                           settings=ROUND)
+      tried += 1
+      if not float(trial.cost) < costs[-1]:
+        break  # no step improves the cost, up to mu_max
+      now = score(trial.ctrls) if guarded else first
+      if now[0] == first[0] and now[1] >= first[1]:
+        step = trial
+        break
+      log(f"iLQR iteration {i + 1}: cost {float(trial.cost):.2f} from mu {float(mu):.2g}, but "
+          f"its plan {'stands' if now[0] else 'no longer lands and stands'} on the nominal "
+          f"robot and on {now[1]} of {GUARD_ROBOTS} randomised ones, open loop (the warm "
+          f"start: {first[1]})")
+      mu = GUARD_MU_FACTOR * mu  # a shorter, more cautious step about the same plan
+    if step is None:
+      log(f"iLQR iteration {i + 1}: no step improves the cost and keeps the flip: done")
+      break
+    result = step
+    costs.append(float(step.cost))
+    log(f"iLQR iteration {i + 1}: cost {costs[-1]:.2f}  mu {float(step.mu):.2g}")
+    if bool(step.converged):
+      break
+  return result, costs, tried
+
+
+def closed_loop_gains(sim: mjbatch_jax.Simulator, cost: control.Cost, clip: dict, start,
+                      result: control.ILQRResult, nstep: int, candidates: tuple[float, ...],
+                      seed: int, log=print) -> tuple[jax.Array, float]:
+  """The closed loop's gains: a backward pass about the plan at each candidate mu; the one
+  whose closed loop stands on the most of VALIDATION randomised robots (drawn apart from the
+  robustness replay's) and on the nominal one, ties to the smaller mu.
+
+  The solve's own last gains are no choice: near take-off and touchdown the finite-difference
+  dynamics jump, and a small mu there gives gains of 1e6 that turn rounding into divergence.
+  """
+  one = sim.params(1)
+  params = with_nominal(sim, robust_params(sim, VALIDATION, seed + 1))
+  run = jax.jit(replay, static_argnums=(0, 4))
+  cols = floor_columns(sim)
+  starts = jnp.broadcast_to(start, (VALIDATION + 1, sim.nstate))
+  best_score, best_gains, best_mu = (False, -1), None, 0.0
+  for mu in sorted(candidates):
+    gains = control.ilqr(cost, one, start, result.ctrls, nstep=nstep, iterations=0, mu=mu,
+                         settings=SETTINGS).gains
+    gains = gains.astype(jnp.float32)  # as saved, so the choice is made on what is replayed
+    plan = {"ctrl": result.ctrls, "gains": gains, "states": result.states}
+    xs, sensors = run(sim, params, starts, plan, nstep, np.ones(VALIDATION + 1))
+    qpos, floor = np.asarray(xs[..., sim.layout.qpos]), np.asarray(sensors[..., cols])
+    ok = [stands(flip_metrics(qpos[i], floor[i], sim.model.opt.timestep))
+          for i in range(VALIDATION + 1)]
+    score = (ok[0], sum(ok[1:]))
+    log(f"closed-loop gains at mu {mu:g}: largest {float(jnp.max(jnp.abs(gains))):.3g}; the "
+        f"nominal robot {'stands' if ok[0] else 'falls'}, {sum(ok[1:])} of {VALIDATION} "
+        "validation robots stand")
+    if best_gains is None or score > best_score:
+      best_score, best_gains, best_mu = score, gains, mu
+  assert best_gains is not None  # candidates is never empty (the parser's)
+  return best_gains, best_mu
 
 
 def _plan_cost(cost: control.Cost, params, start, ctrls, nstep: int) -> jax.Array:
@@ -1270,11 +1415,8 @@ def _profile_on(sim: mjbatch_jax.Simulator, clip: dict, ctrl, states, nstep: int
   # Each state, nv copies moved along each position direction, nv more (the velocity
   # directions: the same poses, the same cost to compute).
   dq = jnp.concatenate([jnp.zeros((1, model.nv)), settings.eps * jnp.eye(model.nv)])
-  shape = (knots + 1, 1 + model.nv)
-  qpos = tangent.integrate_pos(tangent.Joints.of(model),
-                               jnp.broadcast_to(states[:, None, sim.layout.qpos],
-                                                (*shape, model.nq)),
-                               jnp.broadcast_to(dq, (*shape, model.nv)), 1.0)
+  qpos = tangent.integrate_pos(tangent.Joints.of(model), states[:, None, sim.layout.qpos], dq,
+                               1.0)
   rows = jnp.broadcast_to(states[:, None], (*qpos.shape[:2], sim.nstate))
   rows = jnp.concatenate([rows.at[..., sim.layout.qpos].set(qpos),
                           jnp.broadcast_to(states[:, None], (knots + 1, model.nv, sim.nstate))],
@@ -1401,6 +1543,11 @@ def plots(model: mujoco.MjModel, result: dict, clip: dict, nstep: int, path: Pat
 # ------------------------------------------------------------------------------------ main
 
 
+def _mu_list(text: str) -> tuple[float, ...]:
+  check = common.positive_float("regularisation")
+  return tuple(check(part) for part in text.split(","))
+
+
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
   parser = argparse.ArgumentParser(description="A backflip on the Unitree G1: a physics-built "
                                    "reference tracked whole-body by iLQR.")
@@ -1412,13 +1559,15 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                       f"s (default {CLIP_FRAMES}: all of it)")
   parser.add_argument("--iterations", type=common.int_in(0, 1000, "most iLQR iterations"),
                       default=12, help="most iLQR iterations (default 12)")
-  parser.add_argument("--samples", type=common.int_in(0, 4096, "0: no sampling"), default=96,
-                      help="CEM candidates per iteration for the initial guess (default 96)")
+  parser.add_argument("--samples", type=common.int_in(0, 4096, "0: no sampling"), default=48,
+                      help=f"CEM candidates per iteration for the initial guess, each run on "
+                           f"{CEM_ROBOTS} randomised robots (default 48)")
   parser.add_argument("--cem-iterations", type=common.int_in(0, 1000, "CEM iterations"),
                       default=15, help="CEM iterations (default 15)")
-  parser.add_argument("--gains-mu", type=common.positive_float("regularisation"), default=1.0,
-                      help="Q_uu + mu I of the backward pass that gives the closed loop's gains "
-                           "(default 1)")
+  parser.add_argument("--gains-mu", type=_mu_list, default=(1.0, 1e2, 1e3, 1e4),
+                      help="candidate mu (Q_uu + mu I) of the backward pass that gives the closed "
+                           "loop's gains, comma-separated (default 1,100,1000,10000; see "
+                           "closed_loop_gains)")
   parser.add_argument("--robust", type=common.int_in(0, 4096, "0: none"), default=32,
                       help="randomised robots of the robustness replay (default 32)")
   parser.add_argument("--profile", action="store_true",

@@ -330,6 +330,7 @@ def test_g1_backflip(tmp_path):
                           "mean_pos_err_mm", "mean_rot_err_deg", "open_loop_landed",
                           "robust_landed_share"}
   assert "open-loop replay differs from the plan's states by 0.0e+00" in out
+  assert out.count("closed-loop gains at mu") == 4  # a backward pass per default candidate
   arrays, meta = common_module().load_result(plan_path, "g1_backflip")
   assert arrays["ctrl"].shape == (24, 29) and arrays["states"].shape[0] == 25
   assert arrays["gains"].shape == (24, 29, 70)
