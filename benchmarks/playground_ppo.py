@@ -166,7 +166,7 @@ def main() -> None:
   for name, budget in zip(names, budgets, strict=True):
     # Each run in a fresh process: no compile cache, no memory carried over. Side by side, the
     # physics' runs share the machine's wall clock and load, each on a CPU of its own.
-    children = []
+    finished, running = [], []
     for i, p in enumerate(physics):
       command = [sys.executable, __file__, "--one", "--envs", name, "--physics", p,
                  "--budget", str(budget), "--iterations-per-eval", str(args.iterations_per_eval),
@@ -174,11 +174,14 @@ def main() -> None:
                                               else [])
       command += ["--cpu", str(cpus[i])] if args.side_by_side else []
       child = subprocess.Popen(command, stdout=subprocess.PIPE, text=True)  # stderr: as it comes
-      children.append((p, child, None if args.side_by_side else child.communicate()[0]))
-    for p, child, stdout in children:
-      stdout = child.communicate()[0] if stdout is None else stdout
-      lines = [line for line in (stdout or "").splitlines() if line.startswith("RESULT ")]
-      if child.returncode != 0 or not lines:
+      if args.side_by_side:
+        running.append((p, child))
+      else:
+        finished.append((p, child.communicate()[0], child.returncode))
+    finished += [(p, child.communicate()[0], child.returncode) for p, child in running]
+    for p, stdout, code in finished:
+      lines = [line for line in stdout.splitlines() if line.startswith("RESULT ")]
+      if code != 0 or not lines:
         raise SystemExit(f"{name} on {p} failed")
       runs.append(json.loads(lines[-1][len("RESULT "):]))
       last = runs[-1]["curve"][-1]
