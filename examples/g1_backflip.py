@@ -46,7 +46,8 @@ and level at the end), each candidate run on four randomised robots: all of an i
 are the rows of one rollout call. Then `control.ilqr` with the seed's cost alone, one
 iteration per call (one transition_fd call each, contact-rich take-off and landing): the
 reference asks more than the robot can give, so the tracking cost can prefer a plan that
-follows it further and falls; an iteration whose plan no longer lands and stands ends the solve.
+follows it further and falls, or lands on fewer robots; such an iteration is refused and tried
+again with a larger mu, then the solve ends (see track).
 
 Replays: open-loop (the controls) and closed-loop with the plan's time-varying gains (the state
 measured each knot, u = ctrl + K dx; K from a backward pass about the plan at the mu, of a few,
@@ -1221,7 +1222,7 @@ def solve(args: argparse.Namespace) -> dict:
           f"{ilqr_s:.1f} s ({ilqr_s / max(tried, 1):.1f} s per run with compilation; {frames} "
           f"knots of {nstep} steps, {sim.num_threads} threads); cost {costs[0]:.1f} -> "
           f"{costs[-1]:.1f}")
-    gains, gains_mu = closed_loop_gains(sim, cost, clip, start, result, nstep, args.gains_mu,
+    gains, gains_mu = closed_loop_gains(sim, cost, start, result, nstep, args.gains_mu,
                                         args.seed)
     plan = {"ctrl": np.asarray(result.ctrls), "gains": np.asarray(gains, np.float32),
             "states": np.asarray(result.states)}
@@ -1322,7 +1323,7 @@ def track(sim: mjbatch_jax.Simulator, cost: control.Cost, start, guess, nstep: i
   return result, costs, tried
 
 
-def closed_loop_gains(sim: mjbatch_jax.Simulator, cost: control.Cost, clip: dict, start,
+def closed_loop_gains(sim: mjbatch_jax.Simulator, cost: control.Cost, start,
                       result: control.ILQRResult, nstep: int, candidates: tuple[float, ...],
                       seed: int, log=print) -> tuple[jax.Array, float]:
   """The closed loop's gains: a backward pass about the plan at each candidate mu; the one
