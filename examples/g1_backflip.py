@@ -878,11 +878,16 @@ def flip_metrics(qpos: np.ndarray, floor: np.ndarray, dt: float) -> dict:
   return out
 
 
+def robot_params(sim: mjbatch_jax.Simulator, count: int):
+  """count nominal robots with the fields robust_params randomises."""
+  return sim.params(count, ("body_mass", "geom_friction"), select={"geom_friction": ["floor"]},
+                    set_const=True)
+
+
 def robust_params(sim: mjbatch_jax.Simulator, count: int, seed: int):
   """count simulations with every link's mass scaled by a factor in [0.9, 1.1] and the floor's
   sliding friction in [0.6, 1.0] (the feet's is 0.6; MuJoCo takes the larger)."""
-  params = sim.params(count, ("body_mass", "geom_friction"), select={"geom_friction": ["floor"]},
-                      set_const=True)
+  params = robot_params(sim, count)
   friction = sim.model.geom_friction[sim.model.geom("floor").id]
   return mjbatch_jax.randomize(
     jax.random.key(seed), params, scale={"body_mass": (0.9, 1.1)},
@@ -1144,7 +1149,7 @@ def evaluate(sim, clip: dict, start, plan: dict, nstep: int, robust: int, seed: 
     for half, name in enumerate(("robust", "robust_open_loop")):
       each = [flip_metrics(qpos[i], floor[i], dt) for i in range(half * robust,
                                                                  (half + 1) * robust)]
-      landed[name] = float(np.mean([m["landed"] and m["upright_s"] >= 1.0 for m in each]))
+      landed[name] = float(np.mean([stands(m) for m in each]))
       out[name] = each
     out["robust_landed_share"] = landed["robust"]
     out["robust_open_loop_landed_share"] = landed["robust_open_loop"]
@@ -1253,15 +1258,19 @@ def open_loop_stands(sim: mjbatch_jax.Simulator, params, start, ctrls, nstep: in
   held = jnp.broadcast_to(jnp.repeat(jnp.asarray(ctrls), nstep, axis=0), (rows, len(ctrls) * nstep,
                                                                          sim.nu))
   xs, sensors = mjbatch_jax.rollout(jnp.broadcast_to(start, (rows, sim.nstate)), held, params)
+  return stands_per_row(sim, xs, sensors)
+
+
+def stands_per_row(sim: mjbatch_jax.Simulator, xs, sensors) -> list:
+  """stands for each row of a replay's physics steps (N, S, nstate) and sensordata."""
   qpos, floor = np.asarray(xs[..., sim.layout.qpos]), np.asarray(sensors[..., floor_columns(sim)])
-  return [stands(flip_metrics(qpos[i], floor[i], sim.model.opt.timestep)) for i in range(rows)]
+  return [stands(flip_metrics(qpos[i], floor[i], sim.model.opt.timestep))
+          for i in range(len(qpos))]
 
 
 def with_nominal(sim: mjbatch_jax.Simulator, params):
   """The nominal robot as row 0 before the rows of params (robust_params' fields)."""
-  nominal = sim.params(1, ("body_mass", "geom_friction"), select={"geom_friction": ["floor"]},
-                       set_const=True)
-  return jax.tree.map(lambda a, b: jnp.concatenate([a, b]), nominal, params)
+  return jax.tree.map(lambda a, b: jnp.concatenate([a, b]), robot_params(sim, 1), params)
 
 
 def stands(metrics: dict) -> bool:
@@ -1336,7 +1345,6 @@ def closed_loop_gains(sim: mjbatch_jax.Simulator, cost: control.Cost, start,
   one = sim.params(1)
   params = with_nominal(sim, robust_params(sim, VALIDATION, seed + 1))
   run = jax.jit(replay, static_argnums=(0, 4))
-  cols = floor_columns(sim)
   starts = jnp.broadcast_to(start, (VALIDATION + 1, sim.nstate))
   best_score, best_gains, best_mu = (False, -1), None, 0.0
   for mu in sorted(candidates):
@@ -1345,9 +1353,7 @@ def closed_loop_gains(sim: mjbatch_jax.Simulator, cost: control.Cost, start,
     gains = gains.astype(jnp.float32)  # as saved, so the choice is made on what is replayed
     plan = {"ctrl": result.ctrls, "gains": gains, "states": result.states}
     xs, sensors = run(sim, params, starts, plan, nstep, np.ones(VALIDATION + 1))
-    qpos, floor = np.asarray(xs[..., sim.layout.qpos]), np.asarray(sensors[..., cols])
-    ok = [stands(flip_metrics(qpos[i], floor[i], sim.model.opt.timestep))
-          for i in range(VALIDATION + 1)]
+    ok = stands_per_row(sim, xs, sensors)
     score = (ok[0], sum(ok[1:]))
     log(f"closed-loop gains at mu {mu:g}: largest {float(jnp.max(jnp.abs(gains))):.3g}; the "
         f"nominal robot {'stands' if ok[0] else 'falls'}, {sum(ok[1:])} of {VALIDATION} "
