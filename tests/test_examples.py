@@ -352,6 +352,9 @@ def test_g1_backflip(tmp_path):
   assert code == 1 and "another version" in err
   code, err = _refusal("g1_backflip.py", "--frames", "500")
   assert code == 2 and "must be an integer in [2, 200]" in err
+  for mu in ("1,nan", "0", "1,,2"):
+    code, err = _refusal("g1_backflip.py", "--gains-mu", mu)
+    assert code == 2 and "must be a finite number > 0 (regularisation)" in err
   model = tmp_path / "ball.xml"
   model.write_text('<mujoco><worldbody><geom name="floor" type="plane" size="1 1 .1"/>'
                    '<body name="pelvis"><freejoint/><geom size=".1"/></body></worldbody>'
