@@ -1335,9 +1335,10 @@ def track(sim: mjbatch_jax.Simulator, cost: control.Cost, start, guess, nstep: i
 def closed_loop_gains(sim: mjbatch_jax.Simulator, cost: control.Cost, start,
                       result: control.ILQRResult, nstep: int, candidates: tuple[float, ...],
                       seed: int, log=print) -> tuple[jax.Array, float]:
-  """The closed loop's gains: a backward pass about the plan at each candidate mu; the one
-  whose closed loop stands on the most of VALIDATION randomised robots (drawn apart from the
-  robustness replay's) and on the nominal one, ties to the smaller mu.
+  """The closed loop's gains: a backward pass about the plan at each candidate mu (one
+  linearisation, control.ilqr_gains); the one whose closed loop stands on the most of
+  VALIDATION randomised robots (drawn apart from the robustness replay's) and on the nominal
+  one, ties to the smaller mu.
 
   The solve's own last gains are no choice: near take-off and touchdown the finite-difference
   dynamics jump, and a small mu there gives gains of 1e6 that turn rounding into divergence.
@@ -1347,10 +1348,11 @@ def closed_loop_gains(sim: mjbatch_jax.Simulator, cost: control.Cost, start,
   run = jax.jit(replay, static_argnums=(0, 4))
   starts = jnp.broadcast_to(start, (VALIDATION + 1, sim.nstate))
   best_score, best_gains, best_mu = (False, -1), None, 0.0
-  for mu in sorted(candidates):
-    gains = control.ilqr(cost, one, start, result.ctrls, nstep=nstep, iterations=0, mu=mu,
-                         settings=SETTINGS).gains
-    gains = gains.astype(jnp.float32)  # as saved, so the choice is made on what is replayed
+  mus = sorted(candidates)
+  _, each = control.ilqr_gains(cost, one, start, result.ctrls, mus, nstep=nstep,
+                               settings=SETTINGS)
+  # float32 as saved: the choice is made on what is replayed.
+  for mu, gains in zip(mus, each.astype(jnp.float32), strict=True):
     plan = {"ctrl": result.ctrls, "gains": gains, "states": result.states}
     xs, sensors = run(sim, params, starts, plan, nstep, np.ones(VALIDATION + 1))
     ok = stands_per_row(sim, xs, sensors)

@@ -108,6 +108,46 @@ def test_ilqr_on_a_linear_quadratic_problem_is_riccati_in_one_iteration(point):
   np.testing.assert_array_equal(np.asarray(states[0]), np.asarray(result.states[1:]))
 
 
+def test_ilqr_gains_are_ilqrs_at_each_mu_from_one_linearisation(point):
+  horizon = 30
+  cost = quadratic_cost(point, horizon)
+  settings = control.ILQRSettings(mu_init=0.0, mu_min=0.0, eps=1e-3)
+  start, params = point_start(point), point.params(1)
+  optimal = control.ilqr(cost, params, start, jnp.zeros((horizon, 2)), iterations=5,
+                         settings=settings).ctrls
+  mus = [0.0, 0.1, 10.0]
+  ks, gains = control.ilqr_gains(cost, params, start, optimal, mus, settings=settings)
+  assert ks.shape == (3, horizon, 2) and gains.shape == (3, horizon, 2, 4)
+  # mu 0 about the optimum: the Riccati gains and no feedforward left to take.
+  np.testing.assert_allclose(np.asarray(gains[0]), np.array(riccati(horizon)), rtol=0, atol=1e-8)
+  assert float(jnp.max(jnp.abs(ks[0]))) < 1e-8
+  for m, mu in enumerate(mus):
+    # Bit for bit: each row is the backward pass ilqr runs, about the same linearisation.
+    one = control.ilqr(cost, params, start, optimal, iterations=0, mu=mu, settings=settings)
+    np.testing.assert_array_equal(np.asarray(gains[m]), np.asarray(one.gains))
+    np.testing.assert_array_equal(np.asarray(ks[m]), np.asarray(one.feedforward))
+  # A larger mu damps the feedback.
+  sizes = [float(jnp.linalg.norm(gains[m])) for m in range(3)]
+  assert sizes[0] > sizes[1] > sizes[2] > 0
+  jitted = jax.jit(lambda u, mu: control.ilqr_gains(cost, params, start, u, mu,
+                                                    settings=settings))
+  np.testing.assert_array_equal(np.asarray(jitted(optimal, jnp.asarray(mus))[1]),
+                                np.asarray(gains))
+
+
+def test_ilqr_gains_refuses_bad_mu_before_any_custom_call(point, no_custom_calls):
+  horizon = 5
+  cost, start, params = quadratic_cost(point, horizon), point_start(point), point.params(1)
+  ctrls = jnp.zeros((horizon, 2))
+  for mu, pattern in (([], r"non-empty 1-D"), (1.0, r"non-empty 1-D"), ([[1.0]], r"1-D"),
+                      (["a"], r"sequence of numbers"), ([1.0, np.nan], r"finite and >= 0"),
+                      ([-1.0], r"finite and >= 0"), ([True], r"numbers")):
+    with pytest.raises(ValueError, match=pattern):
+      control.ilqr_gains(cost, params, start, ctrls, mu)
+  with pytest.raises(ValueError, match=r"\(T, nu=2\)"):
+    control.ilqr_gains(cost, params, start, jnp.zeros((5, 3)), [1.0])
+
+
 def test_ilqr_is_jittable_and_warm_starts(point):
   horizon = 20
   cost = quadratic_cost(point, horizon)

@@ -11,7 +11,7 @@ See docs/control.md.
 
 from mjbatch_jax.control import splines
 from mjbatch_jax.control.cost import NORMS, Cost, Term, norm
-from mjbatch_jax.control.ilqr import ILQRResult, ILQRSettings, box_qp, ilqr, shift
+from mjbatch_jax.control.ilqr import ILQRResult, ILQRSettings, box_qp, ilqr, ilqr_gains, shift
 from mjbatch_jax.control.mpc import ILQRPlan, ilqr_planner, receding_horizon
 from mjbatch_jax.control.sampling import (
   METHODS,
@@ -41,6 +41,7 @@ __all__ = [
   "cem_update",
   "gaussian_samples",
   "ilqr",
+  "ilqr_gains",
   "ilqr_planner",
   "mppi_update",
   "norm",

@@ -151,10 +151,69 @@ def ilqr(
     result = control.ilqr(cost, sim.params(1), start, jnp.zeros((100, nu)), nstep=4)
     result.ctrls, result.states, result.costs, result.gains
   """
+  cost, w, start, ctrls, lo, hi, nstep, settings = _prepare(cost, params, start, ctrls, nstep,
+                                                            bounds, settings)
+  iterations = pl.check_count("iterations", iterations, low=0)
+  mu0 = jnp.asarray(settings.mu_init if mu is None else mu, start.dtype)
+  if pl.is_concrete(start, ctrls, params, w):
+    _check_initial(cost, w, params, start, ctrls, nstep)
+  return _solve(cost, w, params, start, ctrls, lo, hi, mu0, nstep, iterations, settings,
+                bool(verbose))
+
+
+def ilqr_gains(
+  cost: cost_lib.Cost,
+  params: Params,
+  start: Any,
+  ctrls: Any,
+  mu: Any,
+  *,
+  nstep: int = 1,
+  bounds: Any = None,
+  settings: ILQRSettings | None = None,
+) -> tuple[jax.Array, jax.Array]:
+  """The feedback about the plan ctrls at several regularisations, from one linearisation.
+
+  Row m is what ilqr(cost, params, start, ctrls, iterations=0, mu=mu[m]) returns as feedforward
+  and gains, but the plan is simulated and linearised (transition_fd, the cost's Jacobians)
+  once and only the backward pass runs per mu: choosing a tracking controller's mu by how its
+  closed loop behaves costs one linearisation, not one per candidate. Each mu is clipped to
+  [settings.mu_min, settings.mu_max], as ilqr does. Pure and jit-able; outside jit it checks its
+  inputs first, as ilqr does.
+
+  Args:
+    cost, params, start, ctrls, nstep, bounds, settings: as ilqr's.
+    mu: (M,) the regularisations (Q_uu + mu I), each finite and >= 0.
+
+  Returns:
+    feedforward (M, T, nu) and gains (M, T, nu, nx): u_t = ctrls[t] + gains[m, t] (x_t - x*_t)
+    (tangent difference) tracks the plan's trajectory x* with row m's regularisation.
+
+  Example:
+    ks, gains = control.ilqr_gains(cost, sim.params(1), start, result.ctrls, [1.0, 1e2, 1e4],
+                                   nstep=4)
+  """
+  cost, w, start, ctrls, lo, hi, nstep, settings = _prepare(cost, params, start, ctrls, nstep,
+                                                            bounds, settings)
+  mus = mu if isinstance(mu, jax.Array) else np.asarray(mu)  # a list of strings stays str
+  if mus.ndim != 1 or mus.shape[0] == 0 or not np.issubdtype(mus.dtype, np.number):
+    raise ValueError(f"mu must be a non-empty 1-D sequence of numbers, got shape {mus.shape} "
+                     f"of {mus.dtype}")
+  mus = jnp.asarray(mus, start.dtype)
+  if pl.is_concrete(mus) and not bool(jnp.all(jnp.isfinite(mus) & (mus >= 0))):
+    raise ValueError(f"mu must be finite and >= 0, got {np.asarray(mus)}")
+  if pl.is_concrete(start, ctrls, params, w):
+    _check_initial(cost, w, params, start, ctrls, nstep)
+  mus = jnp.clip(mus, settings.mu_min, settings.mu_max)
+  result = _solve(cost, w, params, start, ctrls, lo, hi, mus[0], nstep, 0, settings, False, mus)
+  return result.feedforward, result.gains
+
+
+def _prepare(cost, params, start, ctrls, nstep, bounds, settings):
+  """ilqr's and ilqr_gains' checks of their shared arguments, in their types for _solve."""
   cost = pl.check_cost(cost)
   spec = pl.check_params_rows(params, (1,))
   nstep = pl.check_count("nstep", nstep)
-  iterations = pl.check_count("iterations", iterations, low=0)
   start = pl.check_start(start, spec)
   ctrls = pl.check_plan("ctrls", ctrls, spec.nu).astype(start.dtype)
   lo, hi = pl.check_bounds(bounds, spec)
@@ -165,12 +224,8 @@ def ilqr(
                      "support the RK4 integrator: use 'knot'")
   pl.check_residual(cost, spec, start.dtype)
   w = cost_lib.weights(cost.terms, ctrls.shape[0])
-  cost = cost_lib.static(cost)
-  mu0 = jnp.asarray(settings.mu_init if mu is None else mu, start.dtype)
-  if pl.is_concrete(start, ctrls, params, w):
-    _check_initial(cost, w, params, start, ctrls, nstep)
-  return _solve(cost, w, params, start, ctrls, lo.astype(start.dtype), hi.astype(start.dtype), mu0,
-                nstep, iterations, settings, bool(verbose))
+  return (cost_lib.static(cost), w, start, ctrls, lo.astype(start.dtype), hi.astype(start.dtype),
+          nstep, settings)
 
 
 def shift(ctrls: jax.Array, knots: int = 1) -> jax.Array:
@@ -235,7 +290,10 @@ class _Model(NamedTuple):
 
 
 @functools.partial(jax.jit, static_argnums=(0, 8, 9, 10, 11))
-def _solve(cost, w, params, start, ctrls, lo, hi, mu0, nstep, iterations, settings, verbose):
+def _solve(cost, w, params, start, ctrls, lo, hi, mu0, nstep, iterations, settings, verbose,
+           gains_mu=None):
+  """The solve; with gains_mu (M,), the final feedforward and gains are (M, ...): a backward
+  pass at each of those mu about the one final linearisation."""
   horizon = ctrls.shape[0]
   spec = params.spec
   tangent = pl.Tangent(spec)
@@ -431,7 +489,13 @@ def _solve(cost, w, params, start, ctrls, lo, hi, mu0, nstep, iterations, settin
             zeros_gain)
   c = jax.lax.while_loop(running, iteration, c)
   ks, gains = c.ks, c.gains
-  if settings.final_gains:
+  if gains_mu is not None:
+    model = linearize(c.states, c.us)
+    # One backward pass per mu, unrolled rather than vmapped: each is then the computation
+    # ilqr(..., iterations=0, mu=m) runs, to the bit (a vmapped pass sums in another order).
+    each = [backward(model, c.us, gains_mu[m])[:2] for m in range(gains_mu.shape[0])]
+    ks, gains = jnp.stack([k for k, _ in each]), jnp.stack([gain for _, gain in each])
+  elif settings.final_gains:
     ks, gains, _, _ = backward(linearize(c.states, c.us), c.us, c.mu)
   return ILQRResult(c.us, c.states, c.value, c.history, ks, gains, c.i, c.mu, c.converged)
 
