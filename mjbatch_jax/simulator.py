@@ -41,10 +41,17 @@ def _may_have_constraints(model: mujoco.MjModel) -> bool:
     return True
   if disabled & bits.mjDSBL_CONTACT:
     return False
-  contype, conaffinity = model.geom_contype, model.geom_conaffinity
-  collide = (contype[:, None] & conaffinity[None, :]) | (contype[None, :] & conaffinity[:, None])
-  other_body = model.geom_bodyid[:, None] != model.geom_bodyid[None, :]
-  return bool(np.any((collide != 0) & other_body))
+  # Geoms i and j of different bodies can collide when contype_i & conaffinity_j shares a bit:
+  # per bit, when some geom with it in contype and some with it in conaffinity are not all of
+  # one body. Per bit rather than per pair, so a model of many geoms needs no ngeom^2 array.
+  bodies = model.geom_bodyid
+  for bit in range(32):
+    mask = np.uint32(1) << np.uint32(bit)
+    senders = bodies[(model.geom_contype.astype(np.uint32) & mask) != 0]
+    receivers = bodies[(model.geom_conaffinity.astype(np.uint32) & mask) != 0]
+    if len(senders) and len(receivers) and len(np.union1d(senders, receivers)) > 1:
+      return True
+  return False
 
 
 class Simulator:

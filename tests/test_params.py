@@ -282,3 +282,45 @@ def test_params_copy_and_deepcopy_and_simulators_refuse(sim):
   for how in (pickle.dumps, copy.copy, copy.deepcopy):
     with pytest.raises(TypeError, match="Simulator cannot be pickled.*pickle its params"):
       how(sim)
+
+
+# Three bodies (one with two geoms), no limits, friction loss or equalities: contacts alone
+# decide whether a step can have constraint rows.
+THREE_BODIES_XML = """
+<mujoco>
+  <worldbody>
+    <geom name="floor" type="plane" size="1 1 .1"/>
+    <body><freejoint/><geom size=".1"/><geom size=".1" pos=".3 0 0"/></body>
+    <body pos="1 0 0"><freejoint/><geom size=".1"/></body>
+  </worldbody>
+</mujoco>
+"""
+
+
+def test_may_have_constraints_per_bit_is_the_pairwise_test():
+  from mjbatch_jax.simulator import _may_have_constraints
+
+  def every_pair(model):
+    contype, conaffinity = model.geom_contype, model.geom_conaffinity
+    collide = (contype[:, None] & conaffinity[None, :]) | (contype[None, :] & conaffinity[:, None])
+    other_body = model.geom_bodyid[:, None] != model.geom_bodyid[None, :]
+    return bool(np.any((collide != 0) & other_body))
+
+  model = models.load(THREE_BODIES_XML)
+  rng = np.random.default_rng(0)
+  seen = set()
+  for _ in range(300):
+    model.geom_contype[:] = rng.integers(0, 8, model.ngeom) * rng.integers(0, 2, model.ngeom)
+    model.geom_conaffinity[:] = rng.integers(0, 8, model.ngeom) * rng.integers(0, 2, model.ngeom)
+    expected = every_pair(model)
+    seen.add(expected)
+    assert _may_have_constraints(model) == expected, (model.geom_contype, model.geom_conaffinity)
+  assert seen == {True, False}
+  # Only the two geoms of one body can collide: no pair of different bodies, no constraint rows.
+  model.geom_contype[:] = [0, 1, 1, 0]
+  model.geom_conaffinity[:] = [0, 1, 1, 0]
+  assert not _may_have_constraints(model)
+  # The top bit (a negative int32) counts as any other.
+  model.geom_contype[:] = [0, -(2**31), 0, 0]
+  model.geom_conaffinity[:] = [0, 0, 0, -(2**31)]
+  assert _may_have_constraints(model) and every_pair(model)
