@@ -121,11 +121,11 @@ class Differencer {
   // How far a centred column's forward and backward quotients disagree, relative to the larger:
   // over the physical state (positions, velocities, activations) after the substeps.
   double Disagreement(const Sample& nominal, const Sample& plus, const Sample& minus) const {
+    // qpos, qvel and act are adjacent in a state row (mjtState's order): one stretch.
     const std::size_t end = qvel_ + m_->nv + m_->na;
     double apart = 0, up = 0, down = 0;
     const double hp = plus.delta, hm = -minus.delta;
     for (std::size_t j = qpos_; j < end; ++j) {
-      if (j >= qpos_ + m_->nq && j < qvel_) continue;
       const double f = (plus.state[j] - nominal.state[j]) / hp;
       const double b = (nominal.state[j] - minus.state[j]) / hm;
       apart += (f - b) * (f - b);
