@@ -62,6 +62,16 @@ ctrls = jnp.zeros((N, 4, m.nu))
 '''
 
 # (name, snippet, expectation): ("raises", exception type name, regex) or ("ok",).
+# control.ilqr_gains on the prelude's cart-pole: a plan of 4 knots, a cost on qpos and ctrl.
+GAINS = """
+from mjbatch_jax import control
+cost = control.Cost(lambda x, u, obs, t: jnp.concatenate([x[sim.layout.qpos], u]),
+                    (control.Term(m.nq, 1.0), control.Term(m.nu, 0.1)))
+def gains(mu, plan=None, start=None):
+  return control.ilqr_gains(cost, sim.params(1), state[0] if start is None else start,
+                            jnp.zeros((4, m.nu)) if plan is None else plan, mu)
+"""
+
 CASES = [
   # nstep: range-checked as an int64 and never cast down silently.
   ("step nstep 2**32+1", "mjbatch_jax.step(state, ctrl, params, nstep=2**32 + 1)",
@@ -563,6 +573,32 @@ CASES = [
     slots = ext.engine_max_slots(s2.spec.engine)
     # 8 Python threads, XLA's own pool, and at most `slots` batches of 2 threads (1 the caller).
     assert max(peak) - peak[0] <= 8 + slots * 1 + 64, (peak, slots)
+    """), ("ok",)),
+  # control.ilqr_gains' mu: a non-empty 1-D sequence of finite numbers >= 0, refused before
+  # any simulation; the plan and start as ilqr's; a closed simulator.
+  *[(f"ilqr_gains mu {label}", GAINS + f"gains({value})", ("raises", "ValueError", pattern))
+    for label, value, pattern in (
+      ("empty", "[]", "non-empty 1-D"), ("scalar", "1.0", "non-empty 1-D"),
+      ("2-D", "[[1.0, 2.0]]", "1-D"), ("strings", "['a']", "numbers"),
+      ("bools", "[True]", "numbers"), ("None", "None", "numbers"),
+      ("NaN", "[1.0, float('nan')]", "finite and >= 0"),
+      ("inf", "[float('inf')]", "finite and >= 0"), ("negative", "[-1e-3]", "finite and >= 0"),
+      ("object", "[object()]", "numbers"))],
+  ("ilqr_gains plan wrong nu", GAINS + "gains([1.0], plan=jnp.zeros((4, m.nu + 1)))",
+   ("raises", "ValueError", r"\(T, nu=1\)")),
+  ("ilqr_gains plan NaN", GAINS + "gains([1.0], plan=jnp.full((4, m.nu), jnp.nan))",
+   ("raises", "ValueError", "initial plan fails")),
+  ("ilqr_gains start wrong size", GAINS + "gains([1.0], start=jnp.zeros(3))",
+   ("raises", "ValueError", "shape")),
+  ("ilqr_gains after close", GAINS + "sim.close(); gains([1.0])",
+   ("raises", "ValueError", "closed")),
+  ("ilqr_gains shapes and a traced mu", GAINS + textwrap.dedent("""
+    ks, k = gains([0.0, 1.0, 1e3])
+    nx = 2 * m.nv + m.na
+    assert ks.shape == (3, 4, m.nu) and k.shape == (3, 4, m.nu, nx), (ks.shape, k.shape)
+    assert np.all(np.isfinite(np.asarray(k)))
+    traced = jax.jit(gains)(jnp.asarray([0.0, 1.0, 1e3]))[1]
+    assert np.array_equal(np.asarray(traced), np.asarray(k))
     """), ("ok",)),
 ]
 
