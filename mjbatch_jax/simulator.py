@@ -45,10 +45,11 @@ def _may_have_constraints(model: mujoco.MjModel) -> bool:
   # per bit, when some geom with it in contype and some with it in conaffinity are not all of
   # one body. Per bit rather than per pair, so a model of many geoms needs no ngeom^2 array.
   bodies = model.geom_bodyid
+  contype = model.geom_contype.astype(np.uint32)
+  conaffinity = model.geom_conaffinity.astype(np.uint32)
   for bit in range(32):
     mask = np.uint32(1) << np.uint32(bit)
-    senders = bodies[(model.geom_contype.astype(np.uint32) & mask) != 0]
-    receivers = bodies[(model.geom_conaffinity.astype(np.uint32) & mask) != 0]
+    senders, receivers = bodies[(contype & mask) != 0], bodies[(conaffinity & mask) != 0]
     if len(senders) and len(receivers) and len(np.union1d(senders, receivers)) > 1:
       return True
   return False

@@ -175,11 +175,12 @@ def ilqr_gains(
   """The feedback about the plan ctrls at several regularisations, from one linearisation.
 
   Row m is what ilqr(cost, params, start, ctrls, iterations=0, mu=mu[m]) returns as feedforward
-  and gains, but the plan is simulated and linearised (transition_fd, the cost's Jacobians)
-  once and only the backward pass runs per mu: choosing a tracking controller's mu by how its
-  closed loop behaves costs one linearisation, not one per candidate. Each mu is clipped to
-  [settings.mu_min, settings.mu_max], as ilqr does. Pure and jit-able; outside jit it checks its
-  inputs first, as ilqr does.
+  and gains (with settings.final_gains, the default; here they are computed either way), but the
+  plan is simulated and linearised (transition_fd, the cost's Jacobians) once and only the
+  backward pass runs per mu: choosing a tracking controller's mu by how its closed loop behaves
+  costs one linearisation, not one per candidate. Each mu is clipped to [settings.mu_min,
+  settings.mu_max], as ilqr does. Pure and jit-able; outside jit it checks its inputs first, as
+  ilqr does.
 
   Args:
     cost, params, start, ctrls, nstep, bounds, settings: as ilqr's.
