@@ -45,7 +45,8 @@ struct FiniteDifferenceCounts {
   int64_t columns = 0;     // differences asked for: simulations x columns
   int64_t switched = 0;    // of which a copy at eps crossed a switch of the dynamics
   int64_t extra_rows = 0;  // rows stepped beyond the first pass to difference those
-  int64_t unresolved = 0;  // of which no step down to eps * 1e-4 stayed in the regime
+  int64_t unresolved = 0;  // of which no step down to eps * 1e-4 stayed in the regime: the
+                          // smallest one-sided quotient of the copies tried is taken
 };
 
 // A control's or the warm start's column is stepped by eps times this (Differencer::Step).

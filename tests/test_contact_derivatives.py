@@ -325,3 +325,22 @@ def test_check_grads_passes_right_rules_and_catches_wrong_ones():
       mjbatch_jax.check_grads(jnp.sum, (jnp.ones(2),), **bad)
   with pytest.raises(ValueError, match="floating"):
     mjbatch_jax.check_grads(lambda i: i, (jnp.arange(3),))
+
+
+def test_a_state_on_a_switch_differences_to_the_least_wrong_quotient():
+  # Knot 49 of a G1 backflip (10 substeps): the arms swing into the torso and the mesh contacts'
+  # count flickers with rounding (8, 2, 8 over three substeps), so for some columns every copy,
+  # on either side and at every step down to eps * 1e-4, changes regime. The centred pair of the
+  # last level read the jump over 2e-10 (9.5e8 in A, 9.5e9 in B); the smallest one-sided
+  # quotient reads the slope (entries of about 50, as at the knots beside it).
+  fixture = np.load(Path(__file__).parent / "data" / "g1_arms_on_torso.npz")
+  model = models.load(models.G1)
+  with mjbatch_jax.Simulator(model) as sim:
+    state, ctrl = jnp.asarray(fixture["state"])[None], jnp.asarray(fixture["ctrl"])[None]
+    before = ext.finite_difference_totals()
+    a, b = mjbatch_jax.transition_fd(state, ctrl, sim.params(1), nstep=10)
+    after = ext.finite_difference_totals()
+  assert after["unresolved"] > before["unresolved"], "the fixture no longer sits on a switch"
+  assert np.all(np.isfinite(a)) and np.all(np.isfinite(b))
+  assert float(jnp.abs(a).max()) < 1e3, f"a jump over a tiny step in A: {jnp.abs(a).max():.3g}"
+  assert float(jnp.abs(b).max()) < 1e3, f"a jump over a tiny step in B: {jnp.abs(b).max():.3g}"
