@@ -1340,8 +1340,9 @@ def closed_loop_gains(sim: mjbatch_jax.Simulator, cost: control.Cost, start,
   VALIDATION randomised robots (drawn apart from the robustness replay's) and on the nominal
   one, ties to the smaller mu.
 
-  The solve's own last gains are no choice: near take-off and touchdown the finite-difference
-  dynamics jump, and a small mu there gives gains of 1e6 that turn rounding into divergence.
+  The solve's own last gains are no choice: its mu is whatever the last step needed, and how
+  much feedback helps is measured, not assumed: about the saved plan, mu 1 stands on 0 of 16
+  validation robots and mu 100 on 12.
   """
   one = sim.params(1)
   params = with_nominal(sim, robust_params(sim, VALIDATION, seed + 1))
