@@ -356,7 +356,7 @@ Status FiniteDifference(Engine& engine, const Inputs<T>& in, int nstep, const Pe
   std::vector<Request> requests;
   std::vector<Sample> samples, more;
   std::vector<Choice> choices;
-  // Per column, its smallest one-sided quotient among the copies tried (see Least).
+  // Per column, its smallest one-sided quotient among the copies tried (see consider).
   std::vector<Choice> least;
   std::vector<double> least_slope;
   std::vector<std::size_t> pending, still;
