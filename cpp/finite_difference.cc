@@ -386,11 +386,14 @@ Status FiniteDifference(Engine& engine, const Inputs<T>& in, int nstep, const Pe
     // column takes (a centred pair of the last level divided its jump by eps * 1e-4: the G1's
     // arms against its torso, mesh contacts whose count flickers with rounding whichever way a
     // copy moves, read 1e9 where the slope is 50).
-    auto consider = [&](std::size_t id, const Sample& hi, const Sample& lo) {
-      const double slope = diff.Slope(hi, lo);
-      if (slope < least_slope[id]) {
-        least_slope[id] = slope;
-        least[id] = {hi, lo, true};
+    auto consider = [&](std::size_t id, const Sample& plus, const Sample& minus) {
+      const Sample& x0 = nominal(id / k);
+      for (const Choice& side : {Choice{plus, x0, true}, Choice{x0, minus, true}}) {
+        const double slope = diff.Slope(side.hi, side.lo);
+        if (slope < least_slope[id]) {
+          least_slope[id] = slope;
+          least[id] = side;
+        }
       }
     };
     pending.clear();
@@ -413,8 +416,7 @@ Status FiniteDifference(Engine& engine, const Inputs<T>& in, int nstep, const Pe
           switched += crossed || kink;
           if (!choice.decided) {
             pending.push_back(i * k + c);
-            consider(i * k + c, plus, nominal(i));
-            consider(i * k + c, nominal(i), *minus);
+            consider(i * k + c, plus, *minus);
           }
         } else if (plus.regime == nominal(i).regime) {
           choice = {plus, nominal(i), true};
@@ -439,8 +441,7 @@ Status FiniteDifference(Engine& engine, const Inputs<T>& in, int nstep, const Pe
           choices[id] = {nominal(id / k), more[r], true};
         } else {
           pending.push_back(id);
-          consider(id, samples[(id / k) * first + 1 + id % k], nominal(id / k));
-          consider(id, nominal(id / k), more[r]);
+          consider(id, samples[(id / k) * first + 1 + id % k], more[r]);
         }
       }
     }
@@ -463,8 +464,7 @@ Status FiniteDifference(Engine& engine, const Inputs<T>& in, int nstep, const Pe
         Choice& choice = choices[id];
         Decide(nominal(id / k), more[2 * r], more[2 * r + 1], &choice);
         if (choice.decided) continue;
-        consider(id, more[2 * r], nominal(id / k));
-        consider(id, nominal(id / k), more[2 * r + 1]);
+        consider(id, more[2 * r], more[2 * r + 1]);
         if (level == kRefinements) {
           choice = least[id];
           ++unresolved;

@@ -46,7 +46,7 @@ struct FiniteDifferenceCounts {
   int64_t switched = 0;    // of which a copy at eps crossed a switch of the dynamics
   int64_t extra_rows = 0;  // rows stepped beyond the first pass to difference those
   int64_t unresolved = 0;  // of which no step down to eps * 1e-4 stayed in the regime: the
-                          // smallest one-sided quotient of the copies tried is taken
+                           // smallest one-sided quotient of the copies tried is taken
 };
 
 // A control's or the warm start's column is stepped by eps times this (Differencer::Step).
