@@ -1,6 +1,7 @@
 """A backflip on the Unitree G1: a reference built from physics, tracked whole-body by iLQR.
 
   python examples/g1_backflip.py [--frames 200] [--samples 48] [--iterations 12] [--threads 0]
+  python examples/g1_backflip.py --program knees-first --cem-iterations 0  # the other push
   python examples/g1_backflip.py --reference        # build the reference, check it, stop
   python examples/g1_backflip.py --play [--profile] # replay the saved plan: metrics, plots, GIF
 
@@ -40,14 +41,14 @@ threshold, the root loose in x/y and 1000x tighter in z) against the reference, 
 of 10 physics steps. The warm start is the better of the reference's joint angles and its
 inverse-dynamics servo targets as the servos' targets, up to the push. From the push on, a
 cross-entropy search over whole-body synergy targets held for sampled times (push, tuck, open,
-settle; then a ramp to standing) replaces it, scored on the flip's own terms beside a fifth of
-the tracking cost (the turn in flight, bodies other than the feet on the floor, the pelvis up
-and level at the end), each candidate run on four randomised robots: all of an iteration's runs
-are the rows of one rollout call. Then `control.ilqr` with the seed's cost alone, one
-iteration per call (one transition_fd call each, contact-rich take-off and landing): the
-reference asks more than the robot can give, so the tracking cost can prefer a plan that
-follows it further and falls, or lands on fewer robots; such an iteration is refused and tried
-again with a larger mu, then the solve ends (see track).
+settle, or with --program knees-first a push in two phases; then a ramp to standing) replaces
+it, scored on the flip's own terms beside a fifth of the tracking cost (the turn in flight,
+bodies other than the feet on the floor, the pelvis up and level at the end), each candidate run
+on four randomised robots: all of an iteration's runs are the rows of one rollout call. Then
+`control.ilqr` with the seed's cost alone, one iteration per call (one transition_fd call each,
+contact-rich take-off and landing): the reference asks more than the robot can give, so the
+tracking cost can prefer a plan that follows it further and falls, or lands on fewer robots;
+such an iteration is refused and tried again with a larger mu, then the solve ends (see track).
 
 Replays: open-loop (the controls) and closed-loop with the plan's time-varying gains (the state
 measured each knot, u = ctrl + K dx; K from a backward pass about the plan at the mu, of a few,
@@ -898,24 +899,45 @@ def robust_params(sim: mjbatch_jax.Simulator, count: int, seed: int):
 
 DIVERGED = np.array([mujoco.mjtWarning.mjWARN_BADQPOS, mujoco.mjtWarning.mjWARN_BADQVEL,
                      mujoco.mjtWarning.mjWARN_BADQACC], dtype=int)
-# The sampling planner's plan: the warm start up to the push; then four phases whose knots hold
+# The sampling planner's plan: the warm start up to the push; then phases whose knots hold
 # whole-body synergy targets (both sides alike) for a sampled time each; then a ramp to the
 # standing targets. CEM samples the knots' targets and times.
 SYNERGIES = ("hip_pitch", "knee", "ankle_pitch", "waist_pitch", "shoulder_pitch", "elbow")
-PHASES = ("push", "tuck", "open", "settle")
-# Where the search starts: (synergy targets in rad, duration in s) per phase, in the order of
-# SYNERGIES - a hard hip and knee extension with the arms swinging up, a full tuck, the legs out
-# for the landing, a crouch. These are where earlier searches of this kind ended (48 x 10, then
-# 96 x 25 candidates x iterations with the tracking cost in full, from a hand-set start: hips
-# +1.0, knees 0.8 in the push, the tuck at the joints' limits, a squat; then 96 x 30 with the
-# objective below, which lands; then 48 x 25 on CEM_ROBOTS robots each); targets beyond a
-# joint's range are clipped to it.
-PROGRAM_START = np.array([
-  [0.525, 0.870, 0.032, 0.592, -2.365, 1.768, 0.241],
-  [-2.714, 2.499, -0.723, 0.209, -1.226, 1.330, 0.197],
-  [-1.766, 1.527, -0.688, 0.123, -0.998, 0.694, 0.068],
-  [-2.038, 2.700, -1.441, 0.535, -0.452, 0.382, 0.705],
-])
+# Where the search starts (--program): the phases' names and, per phase, (synergy targets in
+# rad, duration in s) in the order of SYNERGIES; targets beyond a joint's range are clipped.
+PROGRAMS = {
+  # A hard hip and knee extension together with the arms swinging up, a full tuck, the legs out
+  # for the landing, a crouch. Where earlier searches of this kind ended (48 x 10, then 96 x 25
+  # candidates x iterations with the tracking cost in full, from a hand-set start: hips +1.0,
+  # knees 0.8 in the push, the tuck at the joints' limits, a squat; then 96 x 30 with the
+  # objective below, which lands; then 48 x 25 on CEM_ROBOTS robots each). It leaves with the
+  # pelvis already pitched back about 1 rad, and the turn the flight counts is 2 pi + take-off
+  # pitch - touchdown pitch, so it counts about 4.7 rad; it is the robust one.
+  "together": (("push", "tuck", "open", "settle"), np.array([
+    [0.525, 0.870, 0.032, 0.592, -2.365, 1.768, 0.241],
+    [-2.714, 2.499, -0.723, 0.209, -1.226, 1.330, 0.197],
+    [-1.766, 1.527, -0.688, 0.123, -0.998, 0.694, 0.068],
+    [-2.038, 2.700, -1.441, 0.535, -0.452, 0.382, 0.705],
+  ])),
+  # The push in two phases, knees before hips: first the knees and ankles extend with the hips
+  # held flexed and the arms swinging forward, so the centre of mass rises over the toes with
+  # the pelvis still pitched forward; then the hips extend, the ankles point and the arms go
+  # overhead, and the floor's push passes in front of the centre of mass. It leaves with the
+  # pelvis leaning forward (+0.3 rad), angular momentum to spare (-21 kg m^2/s) but a low jump
+  # (2.2 m/s up), and lands with the pelvis forward too: about 5.9 rad counted, on the nominal
+  # robot. Its flight is short and fast: link masses within 10% shorten it by up to 0.04 s and
+  # the turn by up to 0.7 rad, so it stands on few randomised robots, and its targets rounded to
+  # 3 decimals (0.5 mrad) land it on a knee: they are kept to 4. Where searches ended: 64 x
+  # 30 of the two push phases alone, scored by the take-off (pitch, angular momentum times
+  # flight time); then 32 x 12 and 32 x 15 of the last three on the nominal robot.
+  "knees-first": (("rise", "push", "tuck", "open", "settle"), np.array([
+    [-2.1958, 0.8237, -0.0834, -0.2063, -1.2559, 1.1478, 0.0790],
+    [0.0892, 0.2708, 0.9235, -0.2046, -2.7890, -0.2516, 0.2000],
+    [-3.1659, 2.5694, -0.7904, -0.1028, -1.4005, 1.1663, 0.0800],
+    [-2.2016, 1.3584, -0.5946, 0.4386, -0.5518, 0.6483, 0.0600],
+    [-1.7602, 2.2354, -2.2249, 0.5736, -1.1879, 0.4252, 0.7600],
+  ])),
+}
 PROGRAM_SPREAD = np.array([0.15] * len(SYNERGIES) + [0.03])  # CEM's first standard deviations
 RAMP_S = 0.6  # from the settling crouch to standing
 # The sampling planner's objective (for the initial guess only: iLQR then refines with the
@@ -951,7 +973,7 @@ def synergy_matrix(model: mujoco.MjModel) -> np.ndarray:
 
 
 def program(model: mujoco.MjModel, guess: np.ndarray, t_push: float):
-  """z (len(PHASES) * 7,) -> the plan (F, nu): see PHASES."""
+  """z (phases * 7,) -> the plan (F, nu): see PROGRAMS."""
   synergy = jnp.asarray(synergy_matrix(model))
   chosen = jnp.asarray(synergy_matrix(model).sum(axis=0) > 0)
   base = jnp.asarray(guess)
@@ -960,12 +982,12 @@ def program(model: mujoco.MjModel, guess: np.ndarray, t_push: float):
   stand = base[-1]
 
   def plan(z):
-    z = z.reshape(len(PHASES), -1)
+    z = z.reshape(-1, len(SYNERGIES) + 1)
     targets = jnp.where(chosen, z[:, :-1] @ synergy, base[None, 0])  # (P, nu)
     ends = t_push + jnp.cumsum(jnp.clip(z[:, -1], 0.04, 1.0))
     begins = jnp.concatenate([jnp.array([t_push]), ends[:-1]])
     u = base
-    for k in range(len(PHASES)):
+    for k in range(len(z)):
       on = (t >= begins[k]) & (t < ends[k])
       u = jnp.where(on[:, None], jnp.where(chosen, targets[k], base), u)
     ramp = jnp.clip((t - ends[-1]) / RAMP_S, 0.0, 1.0)[:, None]
@@ -977,9 +999,11 @@ def program(model: mujoco.MjModel, guess: np.ndarray, t_push: float):
 
 
 def cem(sim, cost: control.Cost, start, base: np.ndarray, t_push: float, nstep: int,
-        samples: int, iterations: int, seed: int, log=print) -> jax.Array:
-  """Cross-entropy search over the program's knots (see PHASES) for the flip's objective (see
-  TRACK_SHARE); every iteration's candidates are the rows of one rollout call."""
+        samples: int, iterations: int, seed: int, start_program: np.ndarray, log=print
+        ) -> jax.Array:
+  """Cross-entropy search over a program's knots (see PROGRAMS) from start_program (phases, 7)
+  for the flip's objective (see TRACK_SHARE); every iteration's candidates are the rows of one
+  rollout call. With no iterations: start_program's plan."""
   frames = len(base)
   plan = program(sim.model, base, t_push)
   weights = cost_terms.weights(cost.terms, frames)
@@ -1015,8 +1039,8 @@ def cem(sim, cost: control.Cost, start, base: np.ndarray, t_push: float, nstep: 
     return jnp.where(bad, jnp.inf, total).reshape(samples, CEM_ROBOTS).mean(axis=1)
 
   elites = max(samples // 8, 2)
-  mean = jnp.asarray(PROGRAM_START.ravel())
-  std = jnp.asarray(np.tile(PROGRAM_SPREAD, len(PHASES)))
+  mean = jnp.asarray(start_program.ravel())
+  std = jnp.asarray(np.tile(PROGRAM_SPREAD, len(start_program)))
   key = jax.random.key(seed)
   best_z, best = mean, jnp.inf
   for i in range(iterations):
@@ -1215,7 +1239,7 @@ def solve(args: argparse.Namespace) -> dict:
       if args.samples:
         t_push = flip.stand_s + flip.crouch_s
         guess = cem(sim, cost, start, np.asarray(guess), t_push, nstep, args.samples,
-                    args.cem_iterations, args.seed)
+                    args.cem_iterations, args.seed, PROGRAMS[args.program][1])
         print(f"cost of the sampled plan {float(total(guess)):.1f}")
         jax.block_until_ready(guess)
     with solving():
@@ -1239,7 +1263,7 @@ def solve(args: argparse.Namespace) -> dict:
                                       "ref_xquat": clip["xquat"]},
                      {"frames": frames, "nstep": nstep, "iterations": iterations,
                       "threads": args.threads, "robust": args.robust, "seed": args.seed,
-                      "gains_mu": gains_mu},
+                      "gains_mu": gains_mu, "program": args.program},
                      version=version(model, flip))
   record = {"reference": report, "solve": {"cem_seconds": sampled, "ilqr_seconds": ilqr_s,
                                            "iterations": iterations, "costs": costs,
@@ -1574,6 +1598,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                            f"{CEM_ROBOTS} randomised robots (default 48)")
   parser.add_argument("--cem-iterations", type=common.int_in(0, 1000, "CEM iterations"),
                       default=15, help="CEM iterations (default 15)")
+  parser.add_argument("--program", choices=sorted(PROGRAMS), default="together",
+                      help="the plan CEM starts from: hips and knees extend together in the push "
+                           "(default), or knees first (see PROGRAMS)")
   parser.add_argument("--gains-mu", type=_mu_list, default=(1.0, 1e2, 1e3, 1e4),
                       help="candidate mu (Q_uu + mu I) of the backward pass that gives the closed "
                            "loop's gains, comma-separated (default 1,100,1000,10000; see "

@@ -363,6 +363,44 @@ def test_g1_backflip(tmp_path):
   assert code == 1 and "has no bodies named" in err and "torso_link" in err
 
 
+def test_g1_backflip_programs_leave_as_their_comments_say():
+  """The two pushes the backflip's search can start from, each replayed by plain mj_step from
+  the clip's first pose: hips and knees together leave with the pelvis pitched back; knees first
+  leave with it leaning forward, turn more than 5.5 rad in flight and stand (nominal robot)."""
+  from tests.models import G1, MODELS_MISSING
+
+  if not G1.exists():
+    pytest.skip(MODELS_MISSING)
+  flip = example_module("g1_backflip")
+  model, shape, _, clip, nstep, _ = flip.prepare(flip.parse_args([]), log=lambda *_: None)
+  lo, hi = model.actuator_ctrlrange.T
+  frames = len(clip["qpos"])
+  angles = np.clip(clip["qpos"][np.minimum(np.arange(1, frames + 1), frames - 1), 7:], lo, hi)
+  plan = flip.program(model, angles, shape.stand_s + shape.crouch_s)
+  floor = [model.sensor(f"floor contact {label}").adr[0] for label, _ in flip.CONTACT_SENSORS]
+  with flip.mjbatch_jax.Simulator(model, num_threads=1) as sim:
+    start = np.asarray(flip.start_state(sim, clip))
+  results = {}
+  for name, (_, start_program) in flip.PROGRAMS.items():
+    ctrls = np.asarray(plan(flip.jnp.asarray(start_program.ravel())))
+    data = mujoco.MjData(model)
+    # The start as the example's (an integration state): the knees-first landing is sensitive
+    # enough that a start rounding differently from it lands on a knee.
+    mujoco.mj_setState(model, data, start, mujoco.mjtState.mjSTATE_INTEGRATION)
+    qpos, contacts = [], []
+    for u in ctrls:
+      data.ctrl[:] = u
+      for _ in range(nstep):
+        mujoco.mj_step(model, data)
+        qpos.append(data.qpos.copy())
+        contacts.append(data.sensordata[floor].copy())
+    results[name] = flip.flip_metrics(np.array(qpos), np.array(contacts), model.opt.timestep)
+  together, knees_first = results["together"], results["knees-first"]
+  assert together["takeoff_pitch"] < -0.5, together
+  assert knees_first["takeoff_pitch"] > 0.2, knees_first
+  assert knees_first["rotation_rad"] > 5.5 and flip.stands(knees_first), knees_first
+
+
 def example_module(name: str):
   """examples/<name>.py as a module, imported as the examples import common."""
   sys.path.insert(0, str(EXAMPLES))
