@@ -202,6 +202,11 @@ class Flip:
   def scaled(self, **changes) -> "Flip":
     return dataclasses.replace(self, **changes)
 
+  @property
+  def push_start(self) -> float:
+    """When the push begins (s): after standing and crouching."""
+    return self.stand_s + self.crouch_s
+
 
 # ----------------------------------------------------------------- inverse kinematics
 
@@ -436,7 +441,7 @@ def build_reference(model: mujoco.MjModel, flip: Flip, frames: int = CLIP_FRAMES
   speed = float(np.hypot(flip.takeoff_vz, flip.takeoff_vx))
   push_s = dt * max(round(2 * stroke / flip.takeoff_vz / dt), 4)
   t_crouch = flip.stand_s
-  t_push = t_crouch + flip.crouch_s
+  t_push = flip.push_start
   t_off = t_push + push_s
   i_push, i_off = round(t_push / dt), round(t_off / dt)
   if not np.isclose(i_push * dt, t_push):
@@ -696,7 +701,7 @@ def feasibility(model: mujoco.MjModel, ref: Reference, friction: float = 0.6) ->
     servo[i] = ref.qpos[i, m.jnt_qposadr[joint_of]] + (torque[i] + kv * ref.qvel[i, dof]) / kp
   ratio = np.abs(torque).max(axis=0) / limit
   # The same per phase: the impact rows (touchdown and the next two) are left out of the landing.
-  t_push = ref.flip.stand_s + ref.flip.crouch_s
+  t_push = ref.flip.push_start
   i_down = round(ref.touchdown_s / (ref.t[1] - ref.t[0]))
   phases = {"crouch": ref.t < t_push - 1e-9, "push": (ref.t >= t_push - 1e-9) & ref.contact
             & (ref.t <= ref.takeoff_s + 1e-9), "flight": ~ref.contact,
@@ -782,7 +787,8 @@ def load_model(path: Path | None) -> mujoco.MjModel:
 
 def clip_of(model: mujoco.MjModel, ref: Reference, feasible: Feasibility, frames: int) -> dict:
   """The tracker's clip: per frame, qpos and the tracked bodies' poses; per knot, the servo
-  targets that give the reference's torques over it (the initial guess)."""
+  targets that give the reference's torques over it ("servo") and the joint angles it ends at
+  ("angles"): the two initial guesses."""
   data = mujoco.MjData(model)
   ids = [model.body(name).id for name in TRACKED]
   rows = ref.frames(frames)
@@ -797,8 +803,10 @@ def clip_of(model: mujoco.MjModel, ref: Reference, feasible: Feasibility, frames
   servo = feasible.servo[1:FINE * (frames - 1) + 1].reshape(frames - 1, FINE, -1).mean(axis=1)
   servo = np.concatenate([servo, qpos[-1:, 7:]])  # the last knot holds the last frame
   lo, hi = model.actuator_ctrlrange.T
+  angles = qpos[np.minimum(np.arange(1, frames + 1), frames - 1), 7:]
   return {"qpos": qpos, "xpos": np.array(xpos), "xquat": np.array(xquat),
-          "servo": np.clip(servo, lo, hi), "contact": ref.contact[rows]}
+          "servo": np.clip(servo, lo, hi), "angles": np.clip(angles, lo, hi),
+          "contact": ref.contact[rows]}
 
 
 def start_state(sim: mjbatch_jax.Simulator, clip: dict) -> jax.Array:
@@ -903,40 +911,40 @@ DIVERGED = np.array([mujoco.mjtWarning.mjWARN_BADQPOS, mujoco.mjtWarning.mjWARN_
 # whole-body synergy targets (both sides alike) for a sampled time each; then a ramp to the
 # standing targets. CEM samples the knots' targets and times.
 SYNERGIES = ("hip_pitch", "knee", "ankle_pitch", "waist_pitch", "shoulder_pitch", "elbow")
-# Where the search starts (--program): the phases' names and, per phase, (synergy targets in
-# rad, duration in s) in the order of SYNERGIES; targets beyond a joint's range are clipped.
+# Where the search starts (--program): per phase, (synergy targets in rad, duration in s) in the
+# order of SYNERGIES; targets beyond a joint's range are clipped.
 PROGRAMS = {
-  # A hard hip and knee extension together with the arms swinging up, a full tuck, the legs out
-  # for the landing, a crouch. Where earlier searches of this kind ended (48 x 10, then 96 x 25
-  # candidates x iterations with the tracking cost in full, from a hand-set start: hips +1.0,
-  # knees 0.8 in the push, the tuck at the joints' limits, a squat; then 96 x 30 with the
-  # objective below, which lands; then 48 x 25 on CEM_ROBOTS robots each). It leaves with the
-  # pelvis already pitched back about 1 rad, and the turn the flight counts is 2 pi + take-off
-  # pitch - touchdown pitch, so it counts about 4.7 rad; it is the robust one.
-  "together": (("push", "tuck", "open", "settle"), np.array([
+  # Phases push, tuck, open, settle. A hard hip and knee extension together with the arms swinging
+  # up, a full tuck, the legs out for the landing, a crouch. Where earlier searches of this kind
+  # ended (48 x 10, then 96 x 25 candidates x iterations with the tracking cost in full, from a
+  # hand-set start: hips +1.0, knees 0.8 in the push, the tuck at the joints' limits, a squat; then
+  # 96 x 30 with the objective below, which lands; then 48 x 25 on CEM_ROBOTS robots each). It
+  # leaves with the pelvis already pitched back about 1 rad, and the turn the flight counts is 2 pi
+  # + take-off pitch - touchdown pitch, so it counts about 4.7 rad; it is the robust one.
+  "together": np.array([
     [0.525, 0.870, 0.032, 0.592, -2.365, 1.768, 0.241],
     [-2.714, 2.499, -0.723, 0.209, -1.226, 1.330, 0.197],
     [-1.766, 1.527, -0.688, 0.123, -0.998, 0.694, 0.068],
     [-2.038, 2.700, -1.441, 0.535, -0.452, 0.382, 0.705],
-  ])),
-  # The push in two phases, knees before hips: first the knees and ankles extend with the hips
-  # held flexed and the arms swinging forward, so the centre of mass rises over the toes with
-  # the pelvis still pitched forward; then the hips extend, the ankles point and the arms go
-  # overhead, and the floor's push passes in front of the centre of mass. It leaves with the
-  # pelvis leaning forward (+0.3 rad), angular momentum to spare (-21 kg m^2/s) but a low jump
-  # (2.2 m/s up), and lands with the pelvis forward too: about 5.9 rad counted, on the nominal
-  # robot. Its flight is short and fast: link masses within 10% shorten it by up to 0.04 s and
-  # the turn by up to 0.7 rad, so it stands on few randomised robots, and its targets rounded to
-  # 3 decimals (0.5 mrad) land it on a knee: they are kept to 4. Where searches ended: 64 x
-  # 30 of the two push phases alone, scored by the take-off (pitch, angular momentum times
-  # flight time); then 32 x 12 and 32 x 15 of the last three on the nominal robot.
-  "knees-first": (("rise", "push", "tuck", "open", "settle"), np.array([
+  ]),
+  # Phases rise, push, tuck, open, settle: the push in two, knees before hips. First the knees and
+  # ankles extend with the hips held flexed and the arms swinging forward, so the centre of mass
+  # rises over the toes with the pelvis still pitched forward; then the hips extend, the ankles
+  # point and the arms go overhead, and the floor's push passes in front of the centre of mass. It
+  # leaves with the pelvis leaning forward (+0.3 rad), angular momentum to spare (-21 kg m^2/s) but
+  # a low jump (2.2 m/s up), and lands with the pelvis forward too: about 5.9 rad counted, on the
+  # nominal robot. Its flight is short and fast: link masses within 10% shorten it by up to 0.04 s
+  # and the turn by up to 0.7 rad, so it stands on few randomised robots, and its targets rounded to
+  # 3 decimals (0.5 mrad) land it on a knee: they are kept to 4. Where searches ended: 64 x 30 of
+  # the two push phases alone, scored by the take-off (pitch, angular momentum times flight time);
+  # then 32 x 12 and 32 x 15 of the last three on the nominal robot.
+  "knees-first": np.array([
     [-2.1958, 0.8237, -0.0834, -0.2063, -1.2559, 1.1478, 0.0790],
     [0.0892, 0.2708, 0.9235, -0.2046, -2.7890, -0.2516, 0.2000],
     [-3.1659, 2.5694, -0.7904, -0.1028, -1.4005, 1.1663, 0.0800],
     [-2.2016, 1.3584, -0.5946, 0.4386, -0.5518, 0.6483, 0.0600],
     [-1.7602, 2.2354, -2.2249, 0.5736, -1.1879, 0.4252, 0.7600],
-  ])),
+  ]),
 }
 PROGRAM_SPREAD = np.array([0.15] * len(SYNERGIES) + [0.03])  # CEM's first standard deviations
 RAMP_S = 0.6  # from the settling crouch to standing
@@ -1225,10 +1233,7 @@ def solve(args: argparse.Namespace) -> dict:
     start = start_state(sim, clip)
     one = sim.params(1)
     total = jax.jit(lambda u: _plan_cost(cost, one, start, u, nstep))
-    lo, hi = model.actuator_ctrlrange.T
-    angles = jnp.asarray(np.clip(clip["qpos"][np.minimum(np.arange(1, frames + 1), frames - 1),
-                                              7:], lo, hi))
-    servo = jnp.asarray(clip["servo"])
+    angles, servo = jnp.asarray(clip["angles"]), jnp.asarray(clip["servo"])
     costs = float(total(angles)), float(total(servo))
     guess = angles if costs[0] <= costs[1] else servo
     print(f"cost of the reference's joint angles as servo targets {costs[0]:.1f}, of its "
@@ -1237,9 +1242,8 @@ def solve(args: argparse.Namespace) -> dict:
     sampling, solving = common.Stopwatch(), common.Stopwatch()
     with sampling():
       if args.samples:
-        t_push = flip.stand_s + flip.crouch_s
-        guess = cem(sim, cost, start, np.asarray(guess), t_push, nstep, args.samples,
-                    args.cem_iterations, args.seed, PROGRAMS[args.program][1])
+        guess = cem(sim, cost, start, np.asarray(guess), flip.push_start, nstep, args.samples,
+                    args.cem_iterations, args.seed, PROGRAMS[args.program])
         print(f"cost of the sampled plan {float(total(guess)):.1f}")
         jax.block_until_ready(guess)
     with solving():

@@ -350,6 +350,8 @@ def test_g1_backflip(tmp_path):
   common_module().save_result(other, "g1_backflip", arrays, meta, version="0" * 16)
   code, err = _refusal("g1_backflip.py", "--play", "--out", str(other))
   assert code == 1 and "another version" in err
+  code, err = _refusal("g1_backflip.py", "--program", "pike")
+  assert code == 2 and "invalid choice: 'pike'" in err and "knees-first" in err
   code, err = _refusal("g1_backflip.py", "--frames", "500")
   assert code == 2 and "must be an integer in [2, 200]" in err
   for mu in ("1,nan", "0", "1,,2"):
@@ -373,15 +375,13 @@ def test_g1_backflip_programs_leave_as_their_comments_say():
     pytest.skip(MODELS_MISSING)
   flip = example_module("g1_backflip")
   model, shape, _, clip, nstep, _ = flip.prepare(flip.parse_args([]), log=lambda *_: None)
-  lo, hi = model.actuator_ctrlrange.T
-  frames = len(clip["qpos"])
-  angles = np.clip(clip["qpos"][np.minimum(np.arange(1, frames + 1), frames - 1), 7:], lo, hi)
-  plan = flip.program(model, angles, shape.stand_s + shape.crouch_s)
+  # The joint angles are the warm start solve picks (its log: "the warm start is the former").
+  plan = flip.program(model, clip["angles"], shape.push_start)
   floor = [model.sensor(f"floor contact {label}").adr[0] for label, _ in flip.CONTACT_SENSORS]
   with flip.mjbatch_jax.Simulator(model, num_threads=1) as sim:
     start = np.asarray(flip.start_state(sim, clip))
   results = {}
-  for name, (_, start_program) in flip.PROGRAMS.items():
+  for name, start_program in flip.PROGRAMS.items():
     ctrls = np.asarray(plan(flip.jnp.asarray(start_program.ravel())))
     data = mujoco.MjData(model)
     # The start as the example's (an integration state): the knees-first landing is sensitive
