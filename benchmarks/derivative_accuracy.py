@@ -32,6 +32,7 @@ Writes benchmarks/results/derivative_accuracy-<date>.json and a plot beside it.
 """
 
 import argparse
+import copy
 import dataclasses
 import sys
 import time
@@ -167,14 +168,16 @@ class Problem:
 
   def __init__(self, task: Task, windows: int, length: int, threads: int, dtype: Any,
                seed: int = 0):
-    self.task, self.length, self.dtype = task, length, dtype
     if dtype != jnp.float64:
       # The problem a float32 user has: params arrays (and with them the rows of each field
       # that are not selected, which keep the model's values) and rows in float32. The secants,
-      # in float64, are then of the same problem.
+      # in float64, are then of the same problem. Rounded in a copy: the caller's task keeps its
+      # model.
+      task = dataclasses.replace(task, model=copy.deepcopy(task.model))
       for name in task.fields:
         field = getattr(task.model, name)
         field[:] = field.astype(dtype).astype(np.float64)
+    self.task, self.length, self.dtype = task, length, dtype
     rows, ctrls = record(task, windows * length, seed)
     rows = np.asarray(rows, dtype).astype(np.float64)
     self.sim = mjbatch_jax.Simulator(task.model, num_threads=threads)

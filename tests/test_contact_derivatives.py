@@ -294,6 +294,25 @@ def test_points_where_the_rules_were_wrong(model: str, knots: int, point: int):
   assert abs(derivative - secant) < 0.01 * abs(secant), (derivative, secant)
 
 
+def test_float32_accuracy_problem_rounds_a_copy_of_the_model():
+  # The float32 run rounds the fields the loss varies to float32 in the model it simulates; the
+  # task's own model keeps its float64 values (it was rounded in place before).
+  accuracy = _benchmark("derivative_accuracy")
+  task = accuracy.TASKS["cheetah"]()
+  before = {name: getattr(task.model, name).copy() for name in task.fields}
+  problem = accuracy.Problem(task, 1, 2, 1, jnp.float32)
+  try:
+    changed = False
+    for name, values in before.items():
+      np.testing.assert_array_equal(getattr(task.model, name), values)
+      rounded = values.astype(np.float32).astype(np.float64)
+      np.testing.assert_array_equal(getattr(problem.task.model, name), rounded)
+      changed |= bool(np.any(rounded != values))
+    assert changed  # the rounding changes some value: the first check can fail
+  finally:
+    problem.sim.close()
+
+
 def test_check_grads_passes_right_rules_and_catches_wrong_ones():
   model = models.load(SMOOTH_CARTPOLE)
   with mjbatch_jax.Simulator(model) as sim:
