@@ -377,9 +377,9 @@ def test_g1_backflip_programs_leave_as_their_comments_say():
   model, shape, _, clip, nstep, _ = flip.prepare(flip.parse_args([]), log=lambda *_: None)
   # The joint angles are the warm start solve picks (its log: "the warm start is the former").
   plan = flip.program(model, clip["angles"], shape.push_start)
-  floor = [model.sensor(f"floor contact {label}").adr[0] for label, _ in flip.CONTACT_SENSORS]
   with flip.mjbatch_jax.Simulator(model, num_threads=1) as sim:
     start = np.asarray(flip.start_state(sim, clip))
+    floor = flip.floor_columns(sim)
   results = {}
   for name, start_program in flip.PROGRAMS.items():
     ctrls = np.asarray(plan(flip.jnp.asarray(start_program.ravel())))
