@@ -162,6 +162,51 @@ def test_ilqr_is_jittable_and_warm_starts(point):
                                 np.broadcast_to(np.asarray(first.ctrls[-1]), (3, 2)))
 
 
+def test_ilqr_accept_guards_the_steps_about_one_linearisation(point):
+  """A step accept refuses counts as no improvement: mu grows and the same linearisation is
+  solved again; the solve ends on plans the guard accepts."""
+  horizon = 20
+  cost, start, params = quadratic_cost(point, horizon), point_start(point), point.params(1)
+  settings = control.ILQRSettings(mu_init=1.0, mu_min=1e-6, mu_fail_factor=10.0, max_retries=3)
+  zeros = jnp.zeros((horizon, 2))
+  free = control.ilqr(cost, params, start, zeros, iterations=10, settings=settings)
+  # Accepting every plan is no guard: the same solve, bit for bit.
+  same = control.ilqr(cost, params, start, zeros, iterations=10, settings=settings,
+                      accept=lambda xs, us: jnp.asarray(True))
+  for a, b in zip(free, same, strict=True):
+    np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+
+  # Refusing every plan: asked once per try (the first and max_retries more, mu 1 to 1e3), the
+  # start plan stays and the solve stops after the one iteration.
+  asked = []
+
+  def record(us):
+    asked.append(np.asarray(us).copy())
+    return np.asarray(False)
+
+  def refuse_all(xs, us):
+    return jax.pure_callback(record, jax.ShapeDtypeStruct((), jnp.bool_), us)
+
+  stuck = control.ilqr(cost, params, start, zeros, iterations=10, settings=settings,
+                       accept=refuse_all)
+  assert len(asked) == 4
+  np.testing.assert_array_equal(np.asarray(stuck.ctrls), np.zeros((horizon, 2)))
+  assert float(stuck.cost) == float(stuck.costs[0]) and int(stuck.iterations) == 1
+  assert float(stuck.mu) == pytest.approx(1e4)
+  # Each retry is a shorter step about the same plan (a larger mu, one linearisation).
+  steps = [float(np.abs(u).max()) for u in asked]
+  assert steps[0] > steps[1] > steps[2] > steps[3] > 0
+
+  # A guard the cost does not know: no control above 0.3 in size. The unguarded optimum breaks
+  # it; the guarded solve keeps to it and still lowers the cost.
+  limit = 0.3
+  assert float(jnp.max(jnp.abs(free.ctrls))) > limit
+  guarded = control.ilqr(cost, params, start, zeros, iterations=10, settings=settings,
+                         accept=lambda xs, us: jnp.max(jnp.abs(us)) <= limit)
+  assert float(jnp.max(jnp.abs(guarded.ctrls))) <= limit
+  assert float(free.cost) < float(guarded.cost) < float(guarded.costs[0])
+
+
 @pytest.mark.slow
 def test_ilqr_keeps_controls_in_their_box(point):
   horizon = 30
@@ -250,6 +295,10 @@ def test_ilqr_refuses_bad_input_before_any_custom_call(point, no_custom_calls):
           params=point.params(3, ("body_mass",)))
   refused(r"mu_min <= mu_init", settings=control.ILQRSettings(mu_init=-1.0))
   refused(r"Cost.observe must be a sequence", cost=good._replace(observe="xpos"))
+  refused(r"one boolean .*got ShapeDtypeStruct\(shape=\(5,\)", accept=lambda xs, us: us[:, 0] > 0)
+  refused(r"one boolean .*dtype=float", accept=lambda xs, us: jnp.sum(us))
+  with pytest.raises(TypeError, match=r"accept must be a function"):
+    control.ilqr(good, params, start, ctrls, accept=True)  # type: ignore[arg-type]
 
 
 def test_ilqr_refuses_a_cost_that_is_not_finite_on_the_initial_plan(point):

@@ -15,14 +15,16 @@ Each iteration:
    each call, the feedback gains closing the loop around the nominal trajectory; the cheapest
    row is the candidate. A row that fails (a MuJoCo error, or MuJoCo reset it) costs infinity.
 
-If no step size improves the cost, mu grows (times mu_fail_factor) and the backward pass and
-line search run again on the same linearisation, up to max_retries times; an accepted step
-changes mu by its size (a full step trusts the model more, a short one less). The solve stops
-after `iterations`, when an iteration improves the cost by less than `tolerance` (relative),
-or when no step improves even at mu_max.
+If no step size improves the cost (or the caller's `accept` refuses the cheapest plan), mu grows
+(times mu_fail_factor) and the backward pass and line search run again on the same
+linearisation, up to max_retries times; an accepted step changes mu by its size (a full step
+trusts the model more, a short one less). The solve stops after `iterations`, when an
+iteration improves the cost by less than `tolerance` (relative), or when no step improves even
+at mu_max.
 """
 
 import functools
+from collections.abc import Callable
 from typing import Any, NamedTuple
 
 import jax
@@ -121,6 +123,7 @@ def ilqr(
   mu: Any = None,
   settings: ILQRSettings | None = None,
   verbose: bool = False,
+  accept: Callable[[jax.Array, jax.Array], Any] | None = None,
 ) -> ILQRResult:
   """Optimise the plan ctrls from state start by iLQR (see the module docstring).
 
@@ -141,6 +144,12 @@ def ilqr(
       warm-starts a receding-horizon solve.
     settings: ILQRSettings (default: ILQRSettings()).
     verbose: print one line per iteration (jax.debug.print).
+    accept: a guard the cost cannot express, or None: accept(states (T + 1, nstate), ctrls
+      (T, nu)) -> a boolean scalar, traced (JAX operations, or jax.pure_callback for host
+      code). It is asked only about a step's cheapest plan; one it refuses counts as no
+      improvement (mu grows, the backward pass and line search run again on the same
+      linearisation), so a guarded solve pays no linearisation for a refused step. A static
+      argument: pass the same function object to reuse the compilation.
 
   Returns:
     ILQRResult.
@@ -155,10 +164,12 @@ def ilqr(
                                                             bounds, settings)
   iterations = pl.check_count("iterations", iterations, low=0)
   mu0 = jnp.asarray(settings.mu_init if mu is None else mu, start.dtype)
+  if accept is not None:
+    _check_accept(accept, start, ctrls)
   if pl.is_concrete(start, ctrls, params, w):
     _check_initial(cost, w, params, start, ctrls, nstep)
   return _solve(cost, w, params, start, ctrls, lo, hi, mu0, nstep, iterations, settings,
-                bool(verbose))
+                bool(verbose), accept)
 
 
 def ilqr_gains(
@@ -206,7 +217,8 @@ def ilqr_gains(
   if pl.is_concrete(start, ctrls, params, w):
     _check_initial(cost, w, params, start, ctrls, nstep)
   mus = jnp.clip(mus, settings.mu_min, settings.mu_max)
-  result = _solve(cost, w, params, start, ctrls, lo, hi, mus[0], nstep, 0, settings, False, mus)
+  result = _solve(cost, w, params, start, ctrls, lo, hi, mus[0], nstep, 0, settings, False, None,
+                  mus)
   return result.feedforward, result.gains
 
 
@@ -261,6 +273,17 @@ def _check_settings(settings: Any) -> ILQRSettings:
   return settings._replace(step_sizes=steps)
 
 
+def _check_accept(accept: Any, start: jax.Array, ctrls: jax.Array) -> None:
+  """accept is a function of (states, ctrls) that returns one boolean (traced, not run)."""
+  if not callable(accept):
+    raise TypeError(f"accept must be a function (states, ctrls) -> bool, got {type(accept)}")
+  states = jax.ShapeDtypeStruct((ctrls.shape[0] + 1, start.shape[0]), start.dtype)
+  out = jax.eval_shape(accept, states, jax.ShapeDtypeStruct(ctrls.shape, ctrls.dtype))
+  if not (isinstance(out, jax.ShapeDtypeStruct) and out.shape == () and out.dtype == jnp.bool_):
+    raise ValueError("accept(states, ctrls) must return one boolean (a scalar of dtype bool), "
+                     f"got {out}")
+
+
 def _check_initial(cost, w, params, start, ctrls, nstep) -> None:
   """ValueError if the initial plan diverges or its cost is not finite (eager calls only)."""
   one = pl.rows(params, 1)
@@ -290,9 +313,9 @@ class _Model(NamedTuple):
   l_uu: jax.Array  # (T + 1, nu, nu)
 
 
-@functools.partial(jax.jit, static_argnums=(0, 8, 9, 10, 11))
+@functools.partial(jax.jit, static_argnums=(0, 8, 9, 10, 11, 12))
 def _solve(cost, w, params, start, ctrls, lo, hi, mu0, nstep, iterations, settings, verbose,
-           gains_mu=None):
+           accept=None, gains_mu=None):
   """The solve; with gains_mu (M,), the final feedforward and gains are (M, ...): a backward
   pass at each of those mu about the one final linearisation."""
   horizon = ctrls.shape[0]
@@ -459,6 +482,10 @@ def _solve(cost, w, params, start, ctrls, lo, hi, mu0, nstep, iterations, settin
       ks, gains, _, ok = backward(model, c.us, t.mu)
       xs, us, value, best = line_search(c.states, c.us, ks, gains)
       accepted = ok & (value < c.value)
+      if accept is not None:  # asked only about a cheaper plan
+        guard = accept
+        accepted = jax.lax.cond(accepted, lambda: jnp.asarray(guard(xs, us), bool),
+                                lambda: jnp.asarray(False))
       mu = jnp.where(accepted, t.mu, t.mu * settings.mu_fail_factor)
       return Try(mu, t.tries + 1, accepted, xs, us, value, alphas[best], ks, gains)
 
