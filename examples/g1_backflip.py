@@ -45,10 +45,10 @@ settle, or with --program knees-first a push in two phases; then a ramp to stand
 it, scored on the flip's own terms beside a fifth of the tracking cost (the turn in flight,
 bodies other than the feet on the floor, the pelvis up and level at the end), each candidate run
 on four randomised robots: all of an iteration's runs are the rows of one rollout call. Then
-`control.ilqr` with the seed's cost alone, one iteration per call (one transition_fd call each,
-contact-rich take-off and landing): the reference asks more than the robot can give, so the
-tracking cost can prefer a plan that follows it further and falls, or lands on fewer robots;
-such an iteration is refused and tried again with a larger mu, then the solve ends (see track).
+`control.ilqr` with the seed's cost alone (one transition_fd call per iteration, contact-rich
+take-off and landing): the reference asks more than the robot can give, so the tracking cost can
+prefer a plan that follows it further and falls, or lands on fewer robots; ilqr's accept guard
+refuses such a step, and ilqr tries a shorter one about the same linearisation (see track).
 
 Replays: open-loop (the controls) and closed-loop with the plan's time-varying gains (the state
 measured each knot, u = ctrl + K dx; K from a backward pass about the plan at the mu, of a few,
@@ -1069,9 +1069,9 @@ def cem(sim, cost: control.Cost, start, base: np.ndarray, t_push: float, nstep: 
 # Contacts make the linearisation good only near the trajectory: a strong start for mu, and mu
 # raised after short steps (see control.ILQRSettings).
 SETTINGS = control.ILQRSettings(mu_init=10.0, mu_min=1e-3, mu_max=1e8, tolerance=1e-4)
-# The solve runs control.ilqr one iteration per call (see track): its gains are computed apart.
+# The solve's gains are computed apart (closed_loop_gains), about the plan it ends with.
 ROUND = SETTINGS._replace(final_gains=False)
-GUARD_RETRIES, GUARD_MU_FACTOR, GUARD_ROBOTS = 2, 100.0, 8
+GUARD_ROBOTS = 8  # randomised robots on which an iLQR step's plan must still stand (see track)
 UPRIGHT_GOAL = 1.0  # s upright after landing: what counts as standing
 VALIDATION = 16  # randomised robots on which the closed loop's gains are chosen
 KIND = "g1_backflip"
@@ -1247,14 +1247,14 @@ def solve(args: argparse.Namespace) -> dict:
         print(f"cost of the sampled plan {float(total(guess)):.1f}")
         jax.block_until_ready(guess)
     with solving():
-      result, costs, tried = track(sim, cost, start, guess, nstep, args.iterations, args.seed)
+      result, costs, refused = track(sim, cost, start, guess, nstep, args.iterations,
+                                     args.seed)
       jax.block_until_ready(result)
     iterations = len(costs) - 1
     sampled, ilqr_s = sampling.wall, solving.wall
-    print(f"solve: CEM {sampled:.1f} s, iLQR {iterations} iterations accepted of {tried} run in "
-          f"{ilqr_s:.1f} s ({ilqr_s / max(tried, 1):.1f} s per run with compilation; {frames} "
-          f"knots of {nstep} steps, {sim.num_threads} threads); cost {costs[0]:.1f} -> "
-          f"{costs[-1]:.1f}")
+    print(f"solve: CEM {sampled:.1f} s, iLQR {iterations} iterations accepted, {refused} steps "
+          f"refused by the guard, in {ilqr_s:.1f} s with compilation ({frames} knots of {nstep} "
+          f"steps, {sim.num_threads} threads); cost {costs[0]:.1f} -> {costs[-1]:.1f}")
     gains, gains_mu = closed_loop_gains(sim, cost, start, result, nstep, args.gains_mu,
                                         args.seed)
     plan = {"ctrl": np.asarray(result.ctrls), "gains": np.asarray(gains, np.float32),
@@ -1279,14 +1279,18 @@ def solve(args: argparse.Namespace) -> dict:
   return summary
 
 
-def open_loop_stands(sim: mjbatch_jax.Simulator, params, start, ctrls, nstep: int) -> list:
-  """Whether ctrls replayed open-loop stands (see stands) on each robot of params (one rollout
-  call, a row per robot)."""
+def open_loop_replay(sim: mjbatch_jax.Simulator, params, start, ctrls, nstep: int):
+  """ctrls replayed open-loop on each robot of params: every physics step's states and
+  sensordata, (N, S, ...) (one rollout call, a row per robot; traceable)."""
   rows = len(params["body_mass"])
   held = jnp.broadcast_to(jnp.repeat(jnp.asarray(ctrls), nstep, axis=0), (rows, len(ctrls) * nstep,
                                                                          sim.nu))
-  xs, sensors = mjbatch_jax.rollout(jnp.broadcast_to(start, (rows, sim.nstate)), held, params)
-  return stands_per_row(sim, xs, sensors)
+  return mjbatch_jax.rollout(jnp.broadcast_to(start, (rows, sim.nstate)), held, params)
+
+
+def open_loop_stands(sim: mjbatch_jax.Simulator, params, start, ctrls, nstep: int) -> list:
+  """Whether ctrls replayed open-loop stands (see stands) on each robot of params."""
+  return stands_per_row(sim, *open_loop_replay(sim, params, start, ctrls, nstep))
 
 
 def stands_per_row(sim: mjbatch_jax.Simulator, xs, sensors) -> list:
@@ -1307,57 +1311,50 @@ def stands(metrics: dict) -> bool:
 
 
 def track(sim: mjbatch_jax.Simulator, cost: control.Cost, start, guess, nstep: int,
-          iterations: int, seed: int, log=print
-          ) -> tuple[control.ILQRResult, list[float], int]:
-  """control.ilqr from guess, one iteration per call; (the last accepted result, the costs
-  before the first and after each accepted iteration, how many calls ran).
+          iterations: int, seed: int, log=print) -> tuple[control.ILQRResult, list[float], int]:
+  """control.ilqr from guess, guarded; (its result, the costs before the first and after each
+  accepted iteration, how many steps the guard refused).
 
   The reference asks more than the G1 can give (see the feasibility printout), so the seed's
   tracking cost can prefer a plan that follows its bodies more closely through the flight and
-  then falls, or lands only on the nominal robot. When the warm start lands and stands, an
-  iteration is refused whose plan, replayed open loop, no longer does, or does on fewer of
-  GUARD_ROBOTS randomised robots than the warm start (one rollout call per check): it runs
-  again from the same plan with mu GUARD_MU_FACTOR times larger (a shorter step), at most
-  GUARD_RETRIES times; then the solve ends with the plan before it.
+  then falls, or lands only on the nominal robot. When the warm start lands and stands, ilqr's
+  accept refuses a step whose plan, replayed open loop, no longer does, or does on fewer of
+  GUARD_ROBOTS randomised robots than the warm start (one rollout call, asked only about a step
+  that lowers the cost): ilqr solves the same linearisation again with a larger mu (a shorter
+  step), as when no step lowers the cost, and the solve ends when no step is left.
   """
-  one = sim.params(1)
-  result = control.ilqr(cost, one, start, guess, nstep=nstep, iterations=0, settings=ROUND)
-  costs = [float(result.cost)]
   robots = with_nominal(sim, robust_params(sim, GUARD_ROBOTS, seed + 2))
+  first = open_loop_stands(sim, robots, start, guess, nstep)
+  refused = []
 
-  def score(ctrls) -> tuple[bool, int]:
-    ok = open_loop_stands(sim, robots, start, ctrls, nstep)
-    return ok[0], sum(ok[1:])
+  def keeps_the_flip(xs, sensors) -> np.ndarray:
+    ok = stands_per_row(sim, xs, sensors)
+    keep = ok[0] == first[0] and sum(ok[1:]) >= sum(first[1:])
+    if not keep:
+      refused.append(True)
+      log(f"iLQR: a step lowers the cost, but its plan "
+          f"{'stands' if ok[0] else 'no longer lands and stands'} on the nominal robot and on "
+          f"{sum(ok[1:])} of {GUARD_ROBOTS} randomised ones, open loop (the warm start: "
+          f"{sum(first[1:])}): refused, a shorter step about the same linearisation")
+    return np.asarray(keep)
 
-  first = score(guess)
-  guarded = first[0]
-  tried = 0
-  for i in range(iterations):
-    mu, step = result.mu, None
-    for _ in range(GUARD_RETRIES + 1):
-      trial = control.ilqr(cost, one, start, result.ctrls, nstep=nstep, iterations=1, mu=mu,
-                           settings=ROUND)
-      tried += 1
-      if not float(trial.cost) < costs[-1]:
-        break  # no step improves the cost, up to mu_max
-      now = score(trial.ctrls) if guarded else first
-      if now[0] == first[0] and now[1] >= first[1]:
-        step = trial
-        break
-      log(f"iLQR iteration {i + 1}: cost {float(trial.cost):.2f} from mu {float(mu):.2g}, but "
-          f"its plan {'stands' if now[0] else 'no longer lands and stands'} on the nominal "
-          f"robot and on {now[1]} of {GUARD_ROBOTS} randomised ones, open loop (the warm "
-          f"start: {first[1]})")
-      mu = GUARD_MU_FACTOR * mu  # a shorter, more cautious step about the same plan
-    if step is None:
-      log(f"iLQR iteration {i + 1}: no step improves the cost and keeps the flip: done")
-      break
-    result = step
-    costs.append(float(step.cost))
-    log(f"iLQR iteration {i + 1}: cost {costs[-1]:.2f}  mu {float(step.mu):.2g}")
-    if bool(step.converged):
-      break
-  return result, costs, tried
+  def accept(states, ctrls):
+    del states  # the plan is judged by its controls on the randomised robots
+    xs, sensors = open_loop_replay(sim, robots, start, ctrls, nstep)
+    return jax.pure_callback(keeps_the_flip, jax.ShapeDtypeStruct((), jnp.bool_), xs, sensors)
+
+  result = control.ilqr(cost, sim.params(1), start, guess, nstep=nstep, iterations=iterations,
+                        settings=ROUND, accept=accept if first[0] else None)
+  history = np.asarray(result.costs)
+  costs = [float(c) for c in history[:1]]
+  for i, value in enumerate(history[1:]):
+    if np.isnan(value) or value >= costs[-1]:
+      break  # NaN: the solve had stopped; the same cost: that iteration found no step
+    costs.append(float(value))
+    log(f"iLQR iteration {i + 1}: cost {costs[-1]:.2f}")
+  if len(costs) <= int(result.iterations):
+    log(f"iLQR iteration {len(costs)}: no step lowers the cost and keeps the flip: done")
+  return result, costs, len(refused)
 
 
 def closed_loop_gains(sim: mjbatch_jax.Simulator, cost: control.Cost, start,
