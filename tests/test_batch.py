@@ -969,7 +969,7 @@ def test_jac_is_a_query():
 
 def test_jac_validation():
   model, batch, point, body = jac_setup(np.float64)
-  jacp = np.empty((N, 3, model.nv))
+  jacp = np.zeros((N, 3, model.nv))  # zeros: the float32 copy below must not cast garbage
   with pytest.raises(ValueError, match="jacp"):
     batch.jac(jacp[:, :, :-1], None, point, body)
   with pytest.raises(ValueError, match="jacr"):
