@@ -72,6 +72,14 @@ def gains(mu, plan=None, start=None):
                             jnp.zeros((4, m.nu)) if plan is None else plan, mu)
 """
 
+# control.ilqr with an accept guard on the same cart-pole, started away from the cost's minimum
+# (so that a step lowers the cost and accept is asked).
+GUARDED = GAINS + """
+def solve(accept, **kw):
+  return control.ilqr(cost, sim.params(1), state[0].at[sim.layout.qpos].set(0.3),
+                      jnp.zeros((4, m.nu)), iterations=2, accept=accept, **kw)
+"""
+
 CASES = [
   # nstep: range-checked as an int64 and never cast down silently.
   ("step nstep 2**32+1", "mjbatch_jax.step(state, ctrl, params, nstep=2**32 + 1)",
@@ -599,6 +607,32 @@ CASES = [
     assert np.all(np.isfinite(np.asarray(k)))
     traced = jax.jit(gains)(jnp.asarray([0.0, 1.0, 1e3]))[1]
     assert np.array_equal(np.asarray(traced), np.asarray(k))
+    """), ("ok",)),
+  # control.ilqr's accept: a function (states, ctrls) -> one boolean, checked by its shape before
+  # any simulation; a guard that fails on the host is an exception, and the simulator goes on.
+  *[(f"ilqr accept {label}", GUARDED + f"solve({value})", ("raises", kind, pattern))
+    for label, value, kind, pattern in (
+      ("True", "True", "TypeError", "accept must be a function"),
+      ("string", "'yes'", "TypeError", "accept must be a function"),
+      ("one argument", "lambda xs: True", "TypeError", "positional argument"),
+      ("per knot", "lambda xs, us: us[:, 0] > 0", "ValueError", r"one boolean .*shape=\(4,\)"),
+      ("float", "lambda xs, us: jnp.sum(us)", "ValueError", "one boolean .*float"),
+      ("NaN", "lambda xs, us: jnp.nan", "ValueError", "one boolean .*float"))],
+  ("ilqr accept after close", GUARDED + "sim.close(); solve(lambda xs, us: True)",
+   ("raises", "ValueError", "closed")),
+  ("ilqr accept fails on the host", GUARDED + textwrap.dedent("""
+    def fail(us):
+      raise RuntimeError("the guard failed")
+    try:
+      solve(lambda xs, us: jax.pure_callback(fail, jax.ShapeDtypeStruct((), jnp.bool_), us))
+    except Exception as e:
+      assert "the guard failed" in str(e), e
+    else:
+      raise AssertionError("the guard's failure was lost")
+    free = solve(None)
+    assert float(free.cost) < float(free.costs[0])
+    guarded = jax.jit(lambda: solve(lambda xs, us: jnp.asarray(True)))()
+    assert np.array_equal(np.asarray(guarded.ctrls), np.asarray(free.ctrls))
     """), ("ok",)),
 ]
 
