@@ -66,6 +66,7 @@ import copy
 import dataclasses
 import os
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 # --play renders headless; the GL backend is chosen when mujoco first renders.
@@ -1310,28 +1311,27 @@ def stands(metrics: dict) -> bool:
   return bool(metrics["landed"] and metrics["upright_s"] >= UPRIGHT_GOAL)
 
 
-def track(sim: mjbatch_jax.Simulator, cost: control.Cost, start, guess, nstep: int,
-          iterations: int, seed: int, log=print) -> tuple[control.ILQRResult, list[float], int]:
-  """control.ilqr from guess, guarded; (its result, the costs before the first and after each
-  accepted iteration, how many steps the guard refused).
+def flip_guard(sim: mjbatch_jax.Simulator, start, guess, nstep: int, seed: int, log=print
+               ) -> tuple[Callable | None, list[int]]:
+  """track's accept for control.ilqr, and the list it appends each refusal's stand count to.
 
-  The reference asks more than the G1 can give (see the feasibility printout), so the seed's
-  tracking cost can prefer a plan that follows its bodies more closely through the flight and
-  then falls, or lands only on the nominal robot. When the warm start lands and stands, ilqr's
-  accept refuses a step whose plan, replayed open loop, no longer does, or does on fewer of
-  GUARD_ROBOTS randomised robots than the warm start (one rollout call, asked only about a step
-  that lowers the cost): ilqr solves the same linearisation again with a larger mu (a shorter
-  step), as when no step lowers the cost, and the solve ends when no step is left.
+  None when the warm start guess does not land and stand on the nominal robot (open loop):
+  there is no flip to keep. Else accept(states, ctrls) replays ctrls open loop on the nominal
+  robot and GUARD_ROBOTS randomised ones (one rollout call; traceable, the verdict through
+  jax.pure_callback) and is True when the nominal robot still stands and at least as many
+  randomised ones stand as under the warm start.
   """
   robots = with_nominal(sim, robust_params(sim, GUARD_ROBOTS, seed + 2))
   first = open_loop_stands(sim, robots, start, guess, nstep)
-  refused = []
+  refused: list[int] = []
+  if not first[0]:
+    return None, refused
 
   def keeps_the_flip(xs, sensors) -> np.ndarray:
     ok = stands_per_row(sim, xs, sensors)
-    keep = ok[0] == first[0] and sum(ok[1:]) >= sum(first[1:])
+    keep = ok[0] and sum(ok[1:]) >= sum(first[1:])
     if not keep:
-      refused.append(True)
+      refused.append(sum(ok[1:]))
       log(f"iLQR: a step lowers the cost, but its plan "
           f"{'stands' if ok[0] else 'no longer lands and stands'} on the nominal robot and on "
           f"{sum(ok[1:])} of {GUARD_ROBOTS} randomised ones, open loop (the warm start: "
@@ -1343,8 +1343,25 @@ def track(sim: mjbatch_jax.Simulator, cost: control.Cost, start, guess, nstep: i
     xs, sensors = open_loop_replay(sim, robots, start, ctrls, nstep)
     return jax.pure_callback(keeps_the_flip, jax.ShapeDtypeStruct((), jnp.bool_), xs, sensors)
 
+  return accept, refused
+
+
+def track(sim: mjbatch_jax.Simulator, cost: control.Cost, start, guess, nstep: int,
+          iterations: int, seed: int, log=print) -> tuple[control.ILQRResult, list[float], int]:
+  """control.ilqr from guess, guarded; (its result, the costs before the first and after each
+  accepted iteration, how many steps the guard refused).
+
+  The reference asks more than the G1 can give (see the feasibility printout), so the seed's
+  tracking cost can prefer a plan that follows its bodies more closely through the flight and
+  then falls, or lands only on the nominal robot. When the warm start lands and stands, ilqr's
+  accept (flip_guard) refuses a step whose plan, replayed open loop, no longer does, or does on
+  fewer of GUARD_ROBOTS randomised robots than the warm start (asked only about a step that
+  lowers the cost): ilqr solves the same linearisation again with a larger mu (a shorter step),
+  as when no step lowers the cost, and the solve ends when no step is left.
+  """
+  accept, refused = flip_guard(sim, start, guess, nstep, seed, log)
   result = control.ilqr(cost, sim.params(1), start, guess, nstep=nstep, iterations=iterations,
-                        settings=ROUND, accept=accept if first[0] else None)
+                        settings=ROUND, accept=accept)
   history = np.asarray(result.costs)
   costs = [float(c) for c in history[:1]]
   for i, value in enumerate(history[1:]):

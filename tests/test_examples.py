@@ -401,6 +401,34 @@ def test_g1_backflip_programs_leave_as_their_comments_say():
   assert knees_first["rotation_rad"] > 5.5 and flip.stands(knees_first), knees_first
 
 
+def test_g1_backflip_guard_keeps_the_saved_flip_and_refuses_a_fall():
+  """track's guard (flip_guard) about the committed default plan: the plan itself passes; the
+  same controls with the tuck held from 1.2 s on (the robot lands on its back) are refused, and
+  logged; a warm start that does not stand gives no guard. The same call ilqr makes, jitted."""
+  from tests.models import G1, MODELS_MISSING
+
+  if not G1.exists():
+    pytest.skip(MODELS_MISSING)
+  flip = example_module("g1_backflip")
+  common = common_module()
+  saved, meta = common.load_result(EXAMPLES / "results" / "g1_backflip.npz", flip.KIND)
+  model = flip.load_model(None)
+  start, ctrl, states = saved["start"], saved["ctrl"], saved["states"]
+  fallen = ctrl.copy()
+  fallen[60:] = ctrl[60]
+  log = []
+  with flip.mjbatch_jax.Simulator(model, num_threads=2) as sim:
+    accept, refused = flip.flip_guard(sim, start, ctrl, int(meta["nstep"]), meta["seed"],
+                                      log.append)
+    assert accept is not None
+    guarded = flip.jax.jit(accept)
+    assert bool(guarded(states, ctrl)) and refused == [] and log == []
+    assert not bool(guarded(states, fallen))
+    assert len(refused) == 1 and len(log) == 1
+    assert "no longer lands and stands on the nominal robot" in log[0] and "refused" in log[0]
+    assert flip.flip_guard(sim, start, fallen, int(meta["nstep"]), meta["seed"])[0] is None
+
+
 def example_module(name: str):
   """examples/<name>.py as a module, imported as the examples import common."""
   sys.path.insert(0, str(EXAMPLES))
