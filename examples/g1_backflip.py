@@ -1325,7 +1325,11 @@ def flip_guard(sim: mjbatch_jax.Simulator, start, guess, nstep: int, seed: int, 
   first = open_loop_stands(sim, robots, start, guess, nstep)
   refused: list[int] = []
   if not first[0]:
+    log("the warm start does not land and stand on the nominal robot (open loop): iLQR runs "
+        "unguarded")
     return None, refused
+  log(f"the warm start stands on the nominal robot and on {sum(first[1:])} of {GUARD_ROBOTS} "
+      "randomised ones (open loop): iLQR refuses steps that stand on fewer")
 
   def keeps_the_flip(xs, sensors) -> np.ndarray:
     ok = stands_per_row(sim, xs, sensors)

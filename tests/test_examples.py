@@ -420,13 +420,14 @@ def test_g1_backflip_guard_keeps_the_saved_flip_and_refuses_a_fall():
   with flip.mjbatch_jax.Simulator(model, num_threads=2) as sim:
     accept, refused = flip.flip_guard(sim, start, ctrl, int(meta["nstep"]), meta["seed"],
                                       log.append)
-    assert accept is not None
+    assert accept is not None and len(log) == 1 and "the warm start stands" in log[0]
     guarded = flip.jax.jit(accept)
-    assert bool(guarded(states, ctrl)) and refused == [] and log == []
+    assert bool(guarded(states, ctrl)) and refused == [] and len(log) == 1
     assert not bool(guarded(states, fallen))
-    assert len(refused) == 1 and len(log) == 1
-    assert "no longer lands and stands on the nominal robot" in log[0] and "refused" in log[0]
-    assert flip.flip_guard(sim, start, fallen, int(meta["nstep"]), meta["seed"])[0] is None
+    assert len(refused) == 1 and len(log) == 2
+    assert "no longer lands and stands on the nominal robot" in log[1] and "refused" in log[1]
+    none, _ = flip.flip_guard(sim, start, fallen, int(meta["nstep"]), meta["seed"], log.append)
+    assert none is None and "iLQR runs unguarded" in log[2]
 
 
 def example_module(name: str):
