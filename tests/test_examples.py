@@ -403,8 +403,9 @@ def test_g1_backflip_programs_leave_as_their_comments_say():
 
 def test_g1_backflip_guard_keeps_the_saved_flip_and_refuses_a_fall():
   """track's guard (flip_guard) about the committed default plan: the plan itself passes; the
-  same controls with the tuck held from 1.2 s on (the robot lands on its back) are refused, and
-  logged; a warm start that does not stand gives no guard. The same call ilqr makes, jitted."""
+  same controls with the tuck held from 1.2 s on (the robot no longer lands and stands) are
+  refused, and logged; a warm start that does not stand gives no guard. The same call ilqr
+  makes, jitted."""
   from tests.models import G1, MODELS_MISSING
 
   if not G1.exists():
