@@ -1311,15 +1311,16 @@ def stands(metrics: dict) -> bool:
   return bool(metrics["landed"] and metrics["upright_s"] >= UPRIGHT_GOAL)
 
 
-def flip_guard(sim: mjbatch_jax.Simulator, start, guess, nstep: int, seed: int, log=print
-               ) -> tuple[Callable | None, list[int]]:
+def flip_guard(sim: mjbatch_jax.Simulator, start, guess, nstep: int, seed: int, log=print,
+               cost: control.Cost | None = None) -> tuple[Callable | None, list[int]]:
   """track's accept for control.ilqr, and the list it appends each refusal's stand count to.
 
   None when the warm start guess does not land and stand on the nominal robot (open loop):
   there is no flip to keep. Else accept(states, ctrls) replays ctrls open loop on the nominal
   robot and GUARD_ROBOTS randomised ones (one rollout call; traceable, the verdict through
   jax.pure_callback) and is True when the nominal robot still stands and at least as many
-  randomised ones stand as under the warm start.
+  randomised ones stand as under the warm start. With cost, a refusal's log line also gives the
+  refused plan's cost (ilqr asks only about a step that lowers it; one more rollout per ask).
   """
   robots = with_nominal(sim, robust_params(sim, GUARD_ROBOTS, seed + 2))
   first = open_loop_stands(sim, robots, start, guess, nstep)
@@ -1331,12 +1332,13 @@ def flip_guard(sim: mjbatch_jax.Simulator, start, guess, nstep: int, seed: int, 
   log(f"the warm start stands on the nominal robot and on {sum(first[1:])} of {GUARD_ROBOTS} "
       "randomised ones (open loop): iLQR refuses steps that stand on fewer")
 
-  def keeps_the_flip(xs, sensors) -> np.ndarray:
+  def keeps_the_flip(xs, sensors, value) -> np.ndarray:
     ok = stands_per_row(sim, xs, sensors)
     keep = ok[0] and sum(ok[1:]) >= sum(first[1:])
     if not keep:
       refused.append(sum(ok[1:]))
-      log(f"iLQR: a step lowers the cost, but its plan "
+      to = "" if np.isnan(value) else f" to {float(value):.1f}"
+      log(f"iLQR: a step lowers the cost{to}, but its plan "
           f"{'stands' if ok[0] else 'no longer lands and stands'} on the nominal robot and on "
           f"{sum(ok[1:])} of {GUARD_ROBOTS} randomised ones, open loop (the warm start: "
           f"{sum(first[1:])}): refused, a shorter step about the same linearisation")
@@ -1345,7 +1347,10 @@ def flip_guard(sim: mjbatch_jax.Simulator, start, guess, nstep: int, seed: int, 
   def accept(states, ctrls):
     del states  # the plan is judged by its controls on the randomised robots
     xs, sensors = open_loop_replay(sim, robots, start, ctrls, nstep)
-    return jax.pure_callback(keeps_the_flip, jax.ShapeDtypeStruct((), jnp.bool_), xs, sensors)
+    value = (jnp.asarray(jnp.nan) if cost is None else
+             _plan_cost(cost, sim.params(1), start, ctrls, nstep))
+    return jax.pure_callback(keeps_the_flip, jax.ShapeDtypeStruct((), jnp.bool_), xs, sensors,
+                             value)
 
   return accept, refused
 
@@ -1363,7 +1368,7 @@ def track(sim: mjbatch_jax.Simulator, cost: control.Cost, start, guess, nstep: i
   lowers the cost): ilqr solves the same linearisation again with a larger mu (a shorter step),
   as when no step lowers the cost, and the solve ends when no step is left.
   """
-  accept, refused = flip_guard(sim, start, guess, nstep, seed, log)
+  accept, refused = flip_guard(sim, start, guess, nstep, seed, log, cost)
   result = control.ilqr(cost, sim.params(1), start, guess, nstep=nstep, iterations=iterations,
                         settings=ROUND, accept=accept)
   history = np.asarray(result.costs)

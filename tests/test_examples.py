@@ -404,8 +404,8 @@ def test_g1_backflip_programs_leave_as_their_comments_say():
 def test_g1_backflip_guard_keeps_the_saved_flip_and_refuses_a_fall():
   """track's guard (flip_guard) about the committed default plan: the plan itself passes; the
   same controls with the tuck held from 1.2 s on (the robot no longer lands and stands) are
-  refused, and logged; a warm start that does not stand gives no guard. The same call ilqr
-  makes, jitted."""
+  refused, and logged with their tracking cost; a warm start that does not stand gives no guard.
+  The same call ilqr makes, jitted."""
   from tests.models import G1, MODELS_MISSING
 
   if not G1.exists():
@@ -417,17 +417,21 @@ def test_g1_backflip_guard_keeps_the_saved_flip_and_refuses_a_fall():
   start, ctrl, states = saved["start"], saved["ctrl"], saved["states"]
   fallen = ctrl.copy()
   fallen[60:] = ctrl[60]
+  clip = {"qpos": saved["ref_qpos"], "xpos": saved["ref_xpos"], "xquat": saved["ref_xquat"]}
+  nstep = int(meta["nstep"])
   log = []
   with flip.mjbatch_jax.Simulator(model, num_threads=2) as sim:
-    accept, refused = flip.flip_guard(sim, start, ctrl, int(meta["nstep"]), meta["seed"],
-                                      log.append)
+    cost = flip.tracking_cost(sim, clip)
+    accept, refused = flip.flip_guard(sim, start, ctrl, nstep, meta["seed"], log.append, cost)
     assert accept is not None and len(log) == 1 and "the warm start stands" in log[0]
     guarded = flip.jax.jit(accept)
     assert bool(guarded(states, ctrl)) and refused == [] and len(log) == 1
     assert not bool(guarded(states, fallen))
     assert len(refused) == 1 and len(log) == 2
     assert "no longer lands and stands on the nominal robot" in log[1] and "refused" in log[1]
-    none, _ = flip.flip_guard(sim, start, fallen, int(meta["nstep"]), meta["seed"], log.append)
+    fallen_cost = float(flip._plan_cost(cost, sim.params(1), start, fallen, nstep))
+    assert f"a step lowers the cost to {fallen_cost:.1f}, but" in log[1], log[1]
+    none, _ = flip.flip_guard(sim, start, fallen, nstep, meta["seed"], log.append)
     assert none is None and "iLQR runs unguarded" in log[2]
 
 
