@@ -72,6 +72,29 @@ from pathlib import Path
 # --play renders headless; the GL backend is chosen when mujoco first renders.
 os.environ.setdefault("MUJOCO_GL", "egl")
 
+
+def _same_blas_kernels_on_every_x86() -> None:
+  """OPENBLAS_CORETYPE=Haswell where the CPU has AVX2 and FMA, unless set or numpy is loaded.
+
+  The reference's inverse kinematics runs on numpy's BLAS, whose kernels OpenBLAS picks by CPU,
+  and the kernels round differently in the last bits (AVX-512's against AVX2's: the reference's
+  joint angles differ by up to 2e-6 rad). The flip's search is chaotic: such a change ends CEM
+  at another plan (examples/results/README.md, "How repeatable the solve is"). AVX2's kernels on
+  every CPU that has them make the command give the saved plan on any such x86 CPU. Read when
+  OpenBLAS loads, so before numpy is imported; a user's own setting stands.
+  """
+  if "numpy" in sys.modules or "OPENBLAS_CORETYPE" in os.environ:
+    return
+  try:
+    flags = set(Path("/proc/cpuinfo").read_text().split())
+  except OSError:
+    return  # not Linux: nothing to read the CPU's features from
+  if {"avx2", "fma"} <= flags:
+    os.environ["OPENBLAS_CORETYPE"] = "Haswell"
+
+
+_same_blas_kernels_on_every_x86()
+
 import common  # noqa: E402
 import jax  # noqa: E402
 

@@ -3,6 +3,7 @@
 import copy
 import importlib
 import json
+import os
 import re
 import subprocess
 import sys
@@ -433,6 +434,47 @@ def test_g1_backflip_guard_keeps_the_saved_flip_and_refuses_a_fall():
     assert f"a step lowers the cost to {fallen_cost:.1f}, but" in log[1], log[1]
     none, _ = flip.flip_guard(sim, start, fallen, nstep, meta["seed"], log.append)
     assert none is None and "iLQR runs unguarded" in log[2]
+
+
+REFERENCE_AGAIN = """
+import os, sys
+sys.path.insert(0, "examples")
+import g1_backflip as flip  # first, as running the example imports it: before numpy loads
+import numpy as np
+from pathlib import Path
+saved, _ = flip.common.load_result(Path("examples/results/g1_backflip.npz"), flip.KIND)
+model, _, _, clip, _, _ = flip.prepare(flip.parse_args([]), log=lambda *a: None)
+same = all(np.array_equal(clip[k], saved["ref_" + k]) for k in ("qpos", "xpos", "xquat"))
+print(os.environ.get("OPENBLAS_CORETYPE"), same)
+"""
+
+
+def test_g1_backflip_builds_the_saved_plans_reference_bit_for_bit():
+  """The solve is chaotic in the reference's last bits, which numpy's BLAS kernels round by CPU;
+  the example pins AVX2's kernels before numpy loads, so that a fresh run builds the reference
+  the saved plan was solved from bit for bit on any x86 CPU with AVX2 (this one: AVX-512 too,
+  whose kernels alone give joint angles 2e-6 rad apart). A user's own OPENBLAS_CORETYPE
+  stands."""
+  from tests.models import G1, MODELS_MISSING
+
+  if not G1.exists():
+    pytest.skip(MODELS_MISSING)
+  try:
+    flags = set(Path("/proc/cpuinfo").read_text().split())
+  except OSError:
+    flags = set()
+  if not {"avx2", "fma"} <= flags:
+    pytest.skip("not an x86 CPU with AVX2 and FMA (Linux): the saved plan's kernels are not here")
+
+  def fresh(**env: str) -> list[str]:
+    environ = {k: v for k, v in os.environ.items() if k != "OPENBLAS_CORETYPE"} | env
+    done = subprocess.run([sys.executable, "-c", REFERENCE_AGAIN], capture_output=True,
+                          text=True, timeout=300, cwd=EXAMPLES.parent, env=environ)
+    assert done.returncode == 0, done.stderr
+    return done.stdout.split()
+
+  assert fresh() == ["Haswell", "True"]
+  assert fresh(OPENBLAS_CORETYPE="Sandybridge")[0] == "Sandybridge"
 
 
 def example_module(name: str):
