@@ -80,8 +80,10 @@ def _same_blas_kernels_on_every_x86() -> None:
   and the kernels round differently in the last bits (AVX-512's against AVX2's: the reference's
   joint angles differ by up to 2e-6 rad). The flip's search is chaotic: such a change ends CEM
   at another plan (examples/results/README.md, "How repeatable the solve is"). AVX2's kernels on
-  every CPU that has them make the command give the saved plan on any such x86 CPU. Read when
-  OpenBLAS loads, so before numpy is imported; a user's own setting stands.
+  every CPU that has them make the command give the saved plan on any such x86 CPU, with the
+  numpy it was solved with (2.4.6, OpenBLAS 0.3.31: numpy 2.5's reference differs in the last
+  bits, with AVX2's kernels too). Read when OpenBLAS loads, so before numpy is imported; a user's
+  own setting stands.
   """
   if "numpy" in sys.modules or "OPENBLAS_CORETYPE" in os.environ:
     return
