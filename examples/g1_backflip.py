@@ -73,7 +73,7 @@ from pathlib import Path
 os.environ.setdefault("MUJOCO_GL", "egl")
 
 
-def _same_blas_kernels_on_every_x86() -> None:
+def _avx2_blas_kernels_where_the_cpu_has_them() -> None:
   """OPENBLAS_CORETYPE=Haswell where the CPU has AVX2 and FMA, unless set or numpy is loaded.
 
   The reference's inverse kinematics runs on numpy's BLAS, whose kernels OpenBLAS picks by CPU,
@@ -95,7 +95,7 @@ def _same_blas_kernels_on_every_x86() -> None:
     os.environ["OPENBLAS_CORETYPE"] = "Haswell"
 
 
-_same_blas_kernels_on_every_x86()
+_avx2_blas_kernels_where_the_cpu_has_them()
 
 import common  # noqa: E402
 import jax  # noqa: E402
