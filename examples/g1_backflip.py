@@ -1,7 +1,8 @@
 """A backflip on the Unitree G1: a reference built from physics, tracked whole-body by iLQR.
 
   python examples/g1_backflip.py [--frames 200] [--samples 48] [--iterations 12] [--threads 0]
-  python examples/g1_backflip.py --program knees-first --cem-iterations 0  # the other push
+  python examples/g1_backflip.py --program knees-first --cem-iterations 0  # the other push,
+      # with the landing: --out examples/results/g1_backflip_knees_first.npz
   python examples/g1_backflip.py --reference        # build the reference, check it, stop
   python examples/g1_backflip.py --play [--profile] # replay the saved plan: metrics, plots, GIF
 
@@ -49,6 +50,14 @@ on four randomised robots: all of an iteration's runs are the rows of one rollou
 take-off and landing): the reference asks more than the robot can give, so the tracking cost can
 prefer a plan that follows it further and falls, or lands on fewer robots; ilqr's accept guard
 refuses such a step, and ilqr tries a shorter one about the same linearisation (see track).
+
+Landing (--program knees-first): that push turns far enough on the nominal robot but not on
+robots whose links weigh up to 10% more or less. After iLQR its push's targets are searched again
+for the turn on randomised robots; in flight, at the end of the tuck, the closed loop chooses
+from the measured state how many knots longer to hold the tuck (0-4), each choice predicted on
+the nominal model to touchdown; the waist and hips tilt the pelvis back about the touchdown; then a
+sampling MPC (control.sampling's CEM, planned each knot from the measured state) keeps the robot
+on its feet and upright to the end. That closed loop has no gains (see plan_landing).
 
 Replays: open-loop (the controls) and closed-loop with the plan's time-varying gains (the state
 measured each knot, u = ctrl + K dx; K from a backward pass about the plan at the mu, of a few,
@@ -1034,10 +1043,10 @@ def program(model: mujoco.MjModel, guess: np.ndarray, t_push: float):
 
 def cem(sim, cost: control.Cost, start, base: np.ndarray, t_push: float, nstep: int,
         samples: int, iterations: int, seed: int, start_program: np.ndarray, log=print
-        ) -> jax.Array:
+        ) -> tuple[jax.Array, np.ndarray]:
   """Cross-entropy search over a program's knots (see PROGRAMS) from start_program (phases, 7)
   for the flip's objective (see TRACK_SHARE); every iteration's candidates are the rows of one
-  rollout call. With no iterations: start_program's plan."""
+  rollout call. The best plan and its program (phases, 7); with no iterations, start_program's."""
   frames = len(base)
   plan = program(sim.model, base, t_push)
   weights = cost_terms.weights(cost.terms, frames)
@@ -1062,9 +1071,7 @@ def cem(sim, cost: control.Cost, start, base: np.ndarray, t_push: float, nstep: 
     touches = jnp.sum(pushing & (floor[..., 2] > floor[..., 0] + floor[..., 1]), axis=-1)
     w, x, y, zq = (states[..., quat + i] for i in range(4))
     pitch = jnp.arctan2(-2 * (x * zq - w * y), 1 - 2 * (y * y + zq * zq))
-    turn = -jnp.angle(jnp.exp(1j * jnp.diff(pitch, axis=-1)))  # backward, per knot
-    airborne = floor[..., 2] == 0
-    flown = jnp.sum(jnp.where(airborne[:, 1:] & airborne[:, :-1], turn, 0.0), axis=-1)
+    flown = turn_in_flight(sim, states, floor)
     low = jnp.sum(standing & (states[..., height] < PELVIS_UPRIGHT), axis=-1)
     tilt = jnp.sum(standing * (1 - jnp.cos(pitch)), axis=-1)
     total += (TOUCH_PENALTY * touches + TURN_PENALTY * jnp.maximum(TURN_GOAL - flown, 0.0)
@@ -1087,7 +1094,7 @@ def cem(sim, cost: control.Cost, start, base: np.ndarray, t_push: float, nstep: 
       best, best_z = costs.min(), z[jnp.argmin(costs)]
     log(f"CEM {i + 1:3d}: best {float(best):10.1f}  elite mean "
         f"{float(jnp.sort(costs)[:elites].mean()):10.1f}")
-  return plan(best_z)
+  return plan(best_z), np.asarray(best_z).reshape(start_program.shape)
 
 
 # ----------------------------------------------------------------------------------- solve
@@ -1101,7 +1108,9 @@ GUARD_ROBOTS = 8  # randomised robots on which an iLQR step's plan must still st
 UPRIGHT_GOAL = 1.0  # s upright after landing: what counts as standing
 VALIDATION = 16  # randomised robots on which the closed loop's gains are chosen
 KIND = "g1_backflip"
-PLAN_KEYS = ("ctrl", "gains", "states", "start", "ref_qpos", "ref_xpos", "ref_xquat")
+# And either "gains" (the closed loop is the plan's gains) or "holds" and "landing_knots" (the
+# closed loop is the landing's: see plan_landing).
+PLAN_KEYS = ("ctrl", "states", "start", "ref_qpos", "ref_xpos", "ref_xquat")
 
 
 def version(model: mujoco.MjModel, flip: Flip) -> str:
@@ -1171,6 +1180,8 @@ def floor_columns(sim: mjbatch_jax.Simulator) -> np.ndarray:
 
 def evaluate(sim, clip: dict, start, plan: dict, nstep: int, robust: int, seed: int) -> dict:
   """Open- and closed-loop replays, tracking errors, and the closed loop on randomised robots."""
+  if "holds" in plan:
+    return _evaluate_landing(sim, clip, start, plan, nstep, robust, seed)
   cols = floor_columns(sim)
   dt = sim.model.opt.timestep
   run = jax.jit(replay, static_argnums=(0, 4))
@@ -1179,18 +1190,8 @@ def evaluate(sim, clip: dict, start, plan: dict, nstep: int, robust: int, seed: 
   xs, sensors = run(sim, sim.params(2), jnp.broadcast_to(start, (2, sim.nstate)), plan, nstep,
                     np.array([0.0, 1.0]))
   for row, name in enumerate(("open_loop", "closed_loop")):
-    qpos = np.asarray(xs[row][:, sim.layout.qpos])
-    out[name] = flip_metrics(qpos, np.asarray(sensors[row][:, cols]), dt)
-    out[name + "_states"] = np.asarray(xs[row])
-    out[name + "_floor"] = np.asarray(sensors[row][:, cols])
-  knots = jnp.asarray(out["closed_loop_states"][nstep - 1::nstep])  # after each knot
-  obs = mjbatch_jax.forward(knots, sim.params(len(knots)), ("xpos", "xquat"))
-  ids = np.asarray(sim.names.bodies(list(TRACKED)))
-  frames = len(clip["qpos"])
-  held = np.minimum(np.arange(1, len(knots) + 1), frames - 1)
-  e = np.asarray(errors(obs["xpos"][:, ids], obs["xquat"][:, ids], clip["xpos"][held],
-                        clip["xquat"][held]))
-  out["errors"] = e
+    _keep_replay(out, name, sim, xs[row], sensors[row])
+  knots = _tracking_errors(out, sim, clip, nstep)
   # The saved plan replayed open-loop must give its states bit for bit; the closed loop on the
   # nominal robot differs only by the feedback of rounding-level state differences.
   nominal = np.asarray(plan["states"])[1:]
@@ -1211,6 +1212,61 @@ def evaluate(sim, clip: dict, start, plan: dict, nstep: int, robust: int, seed: 
       out[name] = each
     out["robust_landed_share"] = landed["robust"]
     out["robust_open_loop_landed_share"] = landed["robust_open_loop"]
+  return out
+
+
+def _keep_replay(out: dict, name: str, sim: mjbatch_jax.Simulator, xs, sensors) -> None:
+  """out[name] = one replay's flip_metrics, with its states and floor contacts beside."""
+  floor = np.asarray(sensors)[:, floor_columns(sim)]
+  out[name] = flip_metrics(np.asarray(xs)[:, sim.layout.qpos], floor, sim.model.opt.timestep)
+  out[name + "_states"], out[name + "_floor"] = np.asarray(xs), floor
+
+
+def _tracking_errors(out: dict, sim: mjbatch_jax.Simulator, clip: dict, nstep: int) -> np.ndarray:
+  """out["errors"]: the closed loop's twelve bodies against the clip after each knot; returns
+  the closed loop's knot states."""
+  knots = out["closed_loop_states"][nstep - 1::nstep]
+  obs = mjbatch_jax.forward(jnp.asarray(knots), sim.params(len(knots)), ("xpos", "xquat"))
+  ids = np.asarray(sim.names.bodies(list(TRACKED)))
+  held = np.minimum(np.arange(1, len(knots) + 1), len(clip["qpos"]) - 1)
+  out["errors"] = np.asarray(errors(obs["xpos"][:, ids], obs["xquat"][:, ids],
+                                    clip["xpos"][held], clip["xquat"][held]))
+  return knots
+
+
+def _evaluate_landing(sim, clip: dict, start, plan: dict, nstep: int, robust: int, seed: int
+                      ) -> dict:
+  """evaluate for a plan with a landing (see the landing's notes): the nominal robot and the
+  randomised ones are the rows of the same calls, open loop (the plan's controls: its first
+  hold) and closed loop (landing_replay)."""
+  holds, (decide, land_from) = np.asarray(plan["holds"]), plan["landing_knots"]
+  params = robot_params(sim, 1)
+  if robust:
+    params = with_nominal(sim, robust_params(sim, robust, seed))
+  open_xs, open_sensors = jax.jit(open_loop_replay, static_argnums=(0, 4))(
+    sim, params, start, holds[0], nstep)
+  stand_height = float(np.asarray(start)[sim.layout.qpos][2])
+  xs, sensors, chosen = landing_replay(sim, params, start, holds, decide, land_from, nstep,
+                                       stand_height)
+  out: dict = {"holds_chosen": chosen}
+  _keep_replay(out, "open_loop", sim, open_xs[0], open_sensors[0])
+  _keep_replay(out, "closed_loop", sim, xs[0], sensors[0])
+  knots = _tracking_errors(out, sim, clip, nstep)
+  nominal = np.asarray(plan["states"])[1:]
+  out["replay_gap"] = float(np.max(np.abs(out["open_loop_states"][nstep - 1::nstep] - nominal)))
+  # Before the landing MPC the closed loop flies a hold: the plan's own on the nominal robot.
+  before = land_from if chosen[0] == 0 else decide
+  out["closed_loop_gap"] = float(np.max(np.abs(knots[:before] - nominal[:before])))
+  if robust:
+    cols = floor_columns(sim)
+    dt = sim.model.opt.timestep
+    for name, (x, s) in (("robust", (xs, sensors)), ("robust_open_loop", (open_xs, open_sensors))):
+      x, s = np.asarray(x), np.asarray(s)
+      out[name] = [flip_metrics(x[i][:, sim.layout.qpos], s[i][:, cols], dt)
+                   for i in range(1, robust + 1)]
+    out["robust_landed_share"] = float(np.mean([stands(m) for m in out["robust"]]))
+    out["robust_open_loop_landed_share"] = float(np.mean([stands(m) for m in
+                                                          out["robust_open_loop"]]))
   return out
 
 
@@ -1244,6 +1300,11 @@ def print_result(result: dict, log=print) -> None:
     zip(LABELS, pos.mean(0), rot.mean(0), strict=True)))
   log(f"open-loop replay differs from the plan's states by {result['replay_gap']:.1e} (0: bit "
       f"for bit); the closed loop by {result['closed_loop_gap']:.1e}")
+  if "holds_chosen" in result:
+    held = result["holds_chosen"]
+    log(f"landing: in flight the nominal robot holds the tuck {held[0]} knots longer; "
+        f"{np.count_nonzero(held[1:])} of {len(held) - 1} randomised robots hold it longer "
+        f"({', '.join(f'{h}: {np.count_nonzero(held[1:] == h)}' for h in range(1, TUCK_HOLDS))})")
   if "robust" in result:
     n = len(result["robust"])
     log(f"robustness ({n} robots, link masses x[0.9, 1.1], floor friction [0.6, 1.0]): "
@@ -1266,10 +1327,11 @@ def solve(args: argparse.Namespace) -> dict:
           f"inverse-dynamics servo targets {costs[1]:.1f}: the warm start is the "
           f"{'former' if costs[0] <= costs[1] else 'latter'}")
     sampling, solving = common.Stopwatch(), common.Stopwatch()
+    program_z = PROGRAMS[args.program]
     with sampling():
       if args.samples:
-        guess = cem(sim, cost, start, np.asarray(guess), flip.push_start, nstep, args.samples,
-                    args.cem_iterations, args.seed, PROGRAMS[args.program])
+        guess, program_z = cem(sim, cost, start, np.asarray(guess), flip.push_start, nstep,
+                               args.samples, args.cem_iterations, args.seed, program_z)
         print(f"cost of the sampled plan {float(total(guess)):.1f}")
         jax.block_until_ready(guess)
     with solving():
@@ -1281,10 +1343,19 @@ def solve(args: argparse.Namespace) -> dict:
     print(f"solve: CEM {sampled:.1f} s, iLQR {iterations} iterations accepted, {refused} steps "
           f"refused by the guard, in {ilqr_s:.1f} s with compilation ({frames} knots of {nstep} "
           f"steps, {sim.num_threads} threads); cost {costs[0]:.1f} -> {costs[-1]:.1f}")
-    gains, gains_mu = closed_loop_gains(sim, cost, start, result, nstep, args.gains_mu,
-                                        args.seed)
-    plan = {"ctrl": np.asarray(result.ctrls), "gains": np.asarray(gains, np.float32),
-            "states": np.asarray(result.states)}
+    landing = None
+    if args.program in LANDING_PROGRAMS and args.samples:  # else the plan has no program
+      with common.Stopwatch()() as landing_watch:
+        landing = plan_landing(sim, start, np.asarray(result.ctrls), program_z,
+                               flip.push_start, nstep, args.push_iterations)
+      print(f"landing: planned in {landing_watch.wall:.1f} s")
+    if landing is None:
+      gains, gains_mu = closed_loop_gains(sim, cost, start, result, nstep, args.gains_mu,
+                                          args.seed)
+      plan = {"ctrl": np.asarray(result.ctrls), "gains": np.asarray(gains, np.float32),
+              "states": np.asarray(result.states)}
+    else:
+      plan, gains_mu = landing, None
     evaluated = evaluate(sim, clip, start, plan, nstep, args.robust, args.seed)
   print_result(evaluated)
   summary = summary_of(evaluated)
@@ -1293,7 +1364,8 @@ def solve(args: argparse.Namespace) -> dict:
                                       "ref_xquat": clip["xquat"]},
                      {"frames": frames, "nstep": nstep, "iterations": iterations,
                       "threads": args.threads, "robust": args.robust, "seed": args.seed,
-                      "gains_mu": gains_mu, "program": args.program},
+                      "gains_mu": gains_mu, "program": args.program,
+                      "landing": None if landing is None else landing_settings()},
                      version=version(model, flip))
   record = {"reference": report, "solve": {"cem_seconds": sampled, "ilqr_seconds": ilqr_s,
                                            "iterations": iterations, "costs": costs,
@@ -1457,6 +1529,296 @@ def _plan_cost(cost: control.Cost, params, start, ctrls, nstep: int) -> jax.Arra
                                                                             len(ctrls))))
 
 
+# ----------------------------------------------------------------------------- the landing
+
+# knees-first turns far enough on the nominal robot, but link masses within 10% move its turn in
+# flight by up to 0.7 rad: it stands on a quarter of randomised robots. For it (LANDING_PROGRAMS)
+# three measured remedies follow the solve, in the order they act on the robot:
+# 1. consistent_push: the push phases' synergy targets searched again, for the turn in flight on
+#    randomised robots (iLQR's tracking cost does not see them).
+# 2. In flight, at the end of the tuck, a choice (choose_holds): the tuck held 0 to
+#    TUCK_HOLDS - 1 knots longer and the rest of the plan later by as much, each run from the
+#    measured state on the nominal model to touchdown; the one that lands the pelvis nearest
+#    TOUCHDOWN_PITCH with only the feet on the floor is flown, the plan's own while it lands
+#    within TOUCHDOWN_BAND of it. Held longer, the tucked body turns more before it opens; the
+#    robots that spin slowly touch down forward, on a knee or a hand, without it.
+# 3. The waist and both hips tilt the pelvis back over the knots about the nominal touchdown
+#    (TILT), and from the knot after them a sampling MPC (landing_mpc) holds the robot on its
+#    feet and upright to the end of the clip, planning on the nominal model from the state
+#    measured each knot. The plan's own controls stand only the nominal robot: the landing is
+#    where the randomised ones differ most.
+LANDING_PROGRAMS = ("knees-first",)
+PUSH_SAMPLES, PUSH_ITERATIONS, PUSH_ROBOTS, PUSH_SEED = 48, 15, 8, 3000
+PUSH_KNOTS = 100  # 2 s of the plan: past every robot's touchdown
+PUSH_SPREAD = 0.1  # rad: CEM's first standard deviation of each synergy target
+# Each robot's turn in flight is scored by its shortfall below the first and a third of its excess
+# over the second: the target is 2 pi - 0.3 = 5.98 rad; a turn far past it lands on the back.
+PUSH_TURN = (6.05, 6.45)
+TILT = 0.35  # rad added to the waist's and the hips' pitch targets: the pelvis tilts back
+TUCK_HOLDS = 5
+# The touchdown pitch the landing MPC catches best: on the first 32 randomised robots with the
+# plan's own tuck, those that touched down with the pelvis 0.26-0.66 rad forward (and only the
+# feet on the floor) stood, bar two.
+TOUCHDOWN_PITCH, TOUCHDOWN_BAND = 0.45, 0.1
+EARLY_KNOTS = 3  # another body on the floor this soon after touchdown: a fall, not a landing
+# The landing MPC: CEM over 4 linear knots of the next 12 (0.24 s), 64 candidates, one iteration
+# per knot (128 and two gave the same landings on the robots tried, at four times the cost); its
+# cost has no time in it: bodies other than the feet on the floor, the pelvis's height against
+# standing, its z axis's tilt, the centre of mass over the feet's midpoint, the root's and the
+# joints' velocities, the controls against the standing targets (the plan's last).
+LAND_HORIZON = 12
+LAND_SETTINGS = control.SamplingSettings("cem", num_samples=64, num_knots=4,
+                                         interpolation="linear", noise=0.1, iterations=1,
+                                         num_elites=8, std_min=0.02)
+LAND_WEIGHTS = {"touch": 300.0, "height": 30.0, "tilt": 50.0, "balance": 300.0, "root_vel": 0.5,
+                "joint_vel": 0.01, "ctrl": 0.05}
+LAND_SEED = 100
+
+
+def landing_settings() -> dict:
+  """What the landing's closed loop replays with, beside the saved holds (saved in the meta)."""
+  return {"touchdown": [TOUCHDOWN_PITCH, TOUCHDOWN_BAND, EARLY_KNOTS], "horizon": LAND_HORIZON,
+          "mpc": list(LAND_SETTINGS), "weights": LAND_WEIGHTS, "seed": LAND_SEED}
+
+
+def phase_masks(z: np.ndarray, t_push: float, frames: int) -> np.ndarray:
+  """(phases, frames): the knots each of the program's phases holds (as program places them)."""
+  z = np.asarray(z).reshape(-1, len(SYNERGIES) + 1)
+  t = FRAME_DT * np.arange(frames)
+  ends = t_push + np.cumsum(np.clip(z[:, -1], 0.04, 1.0))
+  begins = np.r_[t_push, ends[:-1]]
+  return (t >= begins[:, None]) & (t < ends[:, None])
+
+
+def turn_in_flight(sim: mjbatch_jax.Simulator, states, floor) -> jax.Array:
+  """The backward turn of the pelvis between knots that end with nothing on the floor, per row
+  of knot states (N, T, nstate) and their floor contact counts (N, T, 3)."""
+  quat = sim.layout.qpos.start + 3
+  w, x, y, z = (states[..., quat + i] for i in range(4))
+  pitch = jnp.arctan2(-2 * (x * z - w * y), 1 - 2 * (y * y + z * z))
+  turn = -jnp.angle(jnp.exp(1j * jnp.diff(pitch, axis=-1)))  # backward, per knot
+  airborne = floor[..., 2] == 0
+  return jnp.sum(jnp.where(airborne[:, 1:] & airborne[:, :-1], turn, 0.0), axis=-1)
+
+
+def consistent_push(sim: mjbatch_jax.Simulator, start, ctrl: np.ndarray, z: np.ndarray,
+                    t_push: float, nstep: int, iterations: int = PUSH_ITERATIONS,
+                    seed: int = PUSH_SEED, log=print) -> np.ndarray:
+  """ctrl with the push phases' synergy targets (the program's phases before the tuck, their
+  durations kept) searched by CEM for the turn in flight on randomised robots (see PUSH_TURN):
+  each candidate on PUSH_ROBOTS robots of its own, drawn afresh each iteration."""
+  model = sim.model
+  knots = min(PUSH_KNOTS, len(ctrl))
+  pushes = phase_masks(z, t_push, knots)[:-3]  # the last three: tuck, open, settle
+  synergy = jnp.asarray(synergy_matrix(model))
+  chosen = jnp.asarray(synergy_matrix(model).sum(axis=0) > 0)
+  lo, hi = (jnp.asarray(b) for b in model.actuator_ctrlrange.T)
+  base = jnp.asarray(ctrl[:knots])
+  cols = floor_columns(sim)
+  rows = PUSH_SAMPLES * PUSH_ROBOTS
+
+  def plan(targets):
+    u = base
+    for on, target in zip(pushes, targets.reshape(len(pushes), -1), strict=True):
+      u = jnp.where(jnp.asarray(on)[:, None] & chosen, target @ synergy, u)
+    return jnp.clip(u, lo, hi)
+
+  @jax.jit
+  def evaluate(targets, params):
+    ctrls = jnp.repeat(jax.vmap(plan)(targets), PUSH_ROBOTS, axis=0)
+    states, sensors = mjbatch_jax.rollout(jnp.broadcast_to(start, (rows, sim.nstate)), ctrls,
+                                          params, nstep=nstep)
+    flown = turn_in_flight(sim, states, sensors[..., cols])
+    score = (jnp.maximum(PUSH_TURN[0] - flown, 0.0)
+             + jnp.maximum(flown - PUSH_TURN[1], 0.0) / 3)
+    score = jnp.where(jnp.isfinite(score), score, jnp.inf)
+    return score.reshape(PUSH_SAMPLES, PUSH_ROBOTS).mean(axis=1)
+
+  program_z = np.asarray(z).reshape(-1, len(SYNERGIES) + 1)
+  mean = jnp.asarray(program_z[:len(pushes), :-1].ravel())
+  std = jnp.full(mean.shape, PUSH_SPREAD)
+  key = jax.random.key(seed)
+  best, best_z = jnp.inf, mean
+  for i in range(iterations):
+    key, sub = jax.random.split(key)
+    targets = control.gaussian_samples(sub, mean, std, PUSH_SAMPLES).at[1].set(best_z)
+    costs = evaluate(targets, robust_params(sim, rows, seed + i))
+    mean, std = control.cem_update(mean, std, targets, costs, PUSH_SAMPLES // 8, std_min=0.01)
+    if costs.min() < best:
+      best, best_z = costs.min(), targets[jnp.argmin(costs)]
+    log(f"push CEM {i + 1:2d}: best {float(best):.3f} rad short of the turn per robot")
+  out = np.array(ctrl)
+  out[:knots] = np.asarray(plan(best_z))
+  return out
+
+
+def tuck_holds(model: mujoco.MjModel, ctrl: np.ndarray, decide: int, tilt: tuple[int, int]
+               ) -> np.ndarray:
+  """(TUCK_HOLDS, F, nu): ctrl with the tuck's last knot (decide - 1) held h more knots and the
+  rest later by as much (h = 0, 1, ...), the landing tilt (TILT over the knots tilt) on each."""
+  names = [model.actuator(i).name for i in range(model.nu)]
+  tilted = [names.index("waist_pitch_joint")] + [names.index(f"{s}_hip_pitch_joint")
+                                                 for s in SIDES]
+  frames = len(ctrl)
+  holds = []
+  for h in range(TUCK_HOLDS):
+    u = np.concatenate([ctrl[:decide], np.repeat(ctrl[decide - 1:decide], h, axis=0),
+                        ctrl[decide:frames - h]])
+    u[tilt[0]:tilt[1], tilted] += TILT
+    holds.append(np.clip(u, *model.actuator_ctrlrange.T))
+  return np.stack(holds)
+
+
+def landing_of(sim: mjbatch_jax.Simulator, xs, floor, nstep: int) -> tuple[np.ndarray, np.ndarray]:
+  """Per row of physics steps (N, S, nstate) from a state in flight: the pelvis pitch at
+  touchdown and whether a body other than the feet is on the floor within EARLY_KNOTS of it."""
+  qpos = np.asarray(xs[..., sim.layout.qpos])
+  floor = np.asarray(floor)
+  pitch, early = np.zeros(len(qpos)), np.zeros(len(qpos), bool)
+  for i in range(len(qpos)):
+    m = flip_metrics(qpos[i], floor[i], sim.model.opt.timestep)
+    down = round(m["touchdown_s"] / sim.model.opt.timestep)
+    after = floor[i, down:down + EARLY_KNOTS * nstep]
+    pitch[i], early[i] = m["touchdown_pitch"], bool(np.any(after[:, 2] > after[:, 0] + after[:, 1]))
+  return pitch, early
+
+
+def choose_holds(sim: mjbatch_jax.Simulator, states, holds: np.ndarray, decide: int, nstep: int
+                 ) -> np.ndarray:
+  """Each robot's hold (index into holds) from its state measured at knot decide (N, nstate):
+  every hold run on the nominal model to the end (one rollout call), see the landing's notes."""
+  n, count = len(states), len(holds)
+  tails = jnp.repeat(jnp.asarray(holds[:, decide:]), nstep, axis=1)
+  xs, sensors = mjbatch_jax.rollout(jnp.repeat(jnp.asarray(states), count, axis=0),
+                                    jnp.tile(tails, (n, 1, 1)), sim.params(n * count))
+  pitch, early = landing_of(sim, xs, np.asarray(sensors)[..., floor_columns(sim)], nstep)
+  miss = (np.abs(pitch - TOUCHDOWN_PITCH) + 10.0 * early).reshape(n, count)
+  chosen = np.argmin(miss, axis=1)
+  own = miss[:, 0] <= TOUCHDOWN_BAND
+  return np.where(own, 0, chosen)
+
+
+def landing_cost(sim: mjbatch_jax.Simulator, stand_ctrl, stand_height: float) -> control.Cost:
+  """The landing MPC's cost (see LAND_WEIGHTS): no time in it."""
+  lay = sim.layout
+  qpos, qvel = np.arange(sim.nstate)[lay.qpos], np.arange(sim.nstate)[lay.qvel]
+  cols = floor_columns(sim)
+  feet = np.asarray(sim.names.bodies([body for _, body in CONTACT_SENSORS[:2]]))
+  stand_ctrl = jnp.asarray(stand_ctrl)
+
+  def residual(x, u, obs, t):
+    del t
+    q, v = x[qpos], x[qvel]
+    w, qx, qy, qz = q[3], q[4], q[5], q[6]
+    z_axis_xy = jnp.stack([2 * (qx * qz + w * qy), 2 * (qy * qz - w * qx)])
+    s = obs["sensordata"]
+    other = s[cols[2]] - s[cols[0]] - s[cols[1]]
+    balance = obs["subtree_com"][1, :2] - obs["xpos"][feet, :2].mean(axis=0)
+    return jnp.concatenate([other[None], (q[2] - stand_height)[None], z_axis_xy, balance, v[:6],
+                            v[6:], u - stand_ctrl])
+
+  weight = LAND_WEIGHTS
+  terms = (control.Term(1, weight["touch"]), control.Term(1, weight["height"]),
+           control.Term(2, weight["tilt"]), control.Term(2, weight["balance"]),
+           control.Term(6, weight["root_vel"]), control.Term(sim.model.nv - 6,
+                                                              weight["joint_vel"]),
+           control.Term(sim.model.nu, weight["ctrl"]))
+  return control.Cost(residual, terms, observe=("sensordata", "subtree_com", "xpos"))
+
+
+def landing_mpc(sim: mjbatch_jax.Simulator, params, states, ctrls, first: int, nstep: int,
+                stand_height: float, seed: int = LAND_SEED) -> tuple[jax.Array, jax.Array]:
+  """The landing MPC on N robots from their states (N, nstate) at knot first to the end of their
+  plans ctrls (N, F, nu) (the warm start's new last control each knot): every physics step's
+  states and sensordata (N, (F - first) * nstep, ...). One jitted scan over the knots; each
+  knot's candidates of all robots are the rows of one rollout call."""
+  n, frames, nu = ctrls.shape
+  planner = control.sampling(landing_cost(sim, ctrls[0, -1], stand_height), sim.params(1),
+                             horizon=LAND_HORIZON, nstep=nstep, settings=LAND_SETTINGS)
+  ctrls = jnp.asarray(ctrls)
+  ahead = np.minimum(first + np.arange(LAND_HORIZON), frames - 1)
+  robots = jnp.arange(n)
+  keys = jax.vmap(lambda i: jax.random.fold_in(jax.random.key(seed), i))(robots)
+
+  def one(plan, x, key, p, warm_last):
+    plan, _ = planner.update(plan, x, key)
+    u = planner.controls(plan)
+    xs, sensors = mjbatch_jax.rollout(x[None], jnp.broadcast_to(u[0], (1, nstep, nu)), p)
+    warm = jnp.concatenate([u[1:], warm_last[None]])
+    return control.SamplingPlan(planner.init(warm).knots, plan.std), xs[0], sensors[0]
+
+  def knot(carry, k):
+    plan, x = carry
+    p = jax.tree.map(lambda leaf: leaf[:, None], params)
+    warm_last = ctrls[robots, jnp.minimum(k + LAND_HORIZON, frames - 1)]
+    step_keys = jax.vmap(jax.random.fold_in, (0, None))(keys, k)
+    plan, xs, sensors = jax.vmap(one)(plan, x, step_keys, p, warm_last)
+    return (plan, xs[:, -1]), (xs, sensors)
+
+  @jax.jit
+  def run(states):
+    plan = jax.vmap(planner.init)(ctrls[:, ahead])
+    _, (xs, sensors) = jax.lax.scan(knot, (plan, states), jnp.arange(first, frames))
+    return (xs.swapaxes(0, 1).reshape(n, -1, sim.nstate),
+            sensors.swapaxes(0, 1).reshape(n, -1, sensors.shape[-1]))
+
+  return run(jnp.asarray(states))
+
+
+def plan_landing(sim: mjbatch_jax.Simulator, start, ctrl: np.ndarray, z: np.ndarray,
+                 t_push: float, nstep: int, push_iterations: int = PUSH_ITERATIONS, log=print
+                 ) -> dict | None:
+  """The plan with its landing (see the landing's notes) from the solve's controls and the
+  program z they were sampled from: {"ctrl": the first hold, "states": its knots' states on the
+  nominal robot, "holds", "landing_knots": (the knot the hold is chosen at, the MPC's first)};
+  None when the clip ends before the flight does."""
+  frames = len(ctrl)
+  opening = phase_masks(z, t_push, frames)[-2]
+  if not opening.any():
+    log("landing: the clip ends before the tuck opens: the closed loop is the plan's gains")
+    return None
+  decide = int(np.flatnonzero(opening)[0])
+  pushed = consistent_push(sim, start, ctrl, z, t_push, nstep, push_iterations, log=log)
+  xs, sensors = open_loop_replay(sim, robot_params(sim, 1), start, pushed, nstep)
+  dt = sim.model.opt.timestep
+  m = flip_metrics(np.asarray(xs[0])[:, sim.layout.qpos],
+                   np.asarray(sensors[0])[:, floor_columns(sim)], dt)
+  # The knot in which the feet land (open loop, nominal robot): the tilt spans it and a knot
+  # either side, the MPC takes over after.
+  touch = round(m["touchdown_s"] / dt) // nstep
+  if m["flight_s"] < MIN_FLIGHT or touch + 2 >= frames:
+    log("landing: the pushed plan does not land inside the clip: the closed loop is the plan's "
+        "gains")
+    return None
+  holds = tuck_holds(sim.model, pushed, decide, (touch - 1, touch + 2))
+  xs, _ = open_loop_replay(sim, robot_params(sim, 1), start, holds[0], nstep)
+  states = np.concatenate([np.asarray(start)[None], np.asarray(xs[0])[nstep - 1::nstep]])
+  log(f"landing: the nominal robot leaves at {m['takeoff_s']:.2f} s and turns "
+      f"{m['rotation_rad']:.2f} rad in flight with the searched push, open loop; the hold is "
+      f"chosen at knot {decide}, the tilt over knots {touch - 1}-{touch + 1}, the MPC from "
+      f"knot {touch + 2}")
+  return {"ctrl": holds[0], "states": states, "holds": holds,
+          "landing_knots": np.array([decide, touch + 2])}
+
+
+def landing_replay(sim: mjbatch_jax.Simulator, params, start, holds: np.ndarray, decide: int,
+                   land_from: int, nstep: int, stand_height: float
+                   ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+  """The closed loop with the landing (see the landing's notes) on the N robots of params from
+  start: every physics step's states and sensordata (N, F * nstep, ...) and each robot's hold."""
+  n = len(params["body_mass"])
+  plan = jnp.repeat(jnp.asarray(holds[0, :decide]), nstep, axis=0)
+  xs, sensors = mjbatch_jax.rollout(jnp.broadcast_to(start, (n, sim.nstate)),
+                                    jnp.broadcast_to(plan, (n, *plan.shape)), params)
+  chosen = choose_holds(sim, xs[:, -1], holds, decide, nstep)
+  flown = jnp.repeat(jnp.asarray(holds[chosen, decide:land_from]), nstep, axis=1)
+  xs2, sensors2 = mjbatch_jax.rollout(xs[:, -1], flown, params)
+  xs3, sensors3 = landing_mpc(sim, params, xs2[:, -1], holds[chosen], land_from, nstep,
+                              stand_height)
+  return (np.concatenate([np.asarray(a) for a in (xs, xs2, xs3)], axis=1),
+          np.concatenate([np.asarray(a) for a in (sensors, sensors2, sensors3)], axis=1), chosen)
+
+
 # --------------------------------------------------------------------------------- profile
 
 
@@ -1554,7 +1916,13 @@ def play(args: argparse.Namespace) -> dict:
   saved, meta = common.load_result(args.out, KIND, version=version(model, flip), keys=PLAN_KEYS)
   nstep = int(meta["nstep"])
   clip = {"qpos": saved["ref_qpos"], "xpos": saved["ref_xpos"], "xquat": saved["ref_xquat"]}
-  plan = {k: saved[k] for k in ("ctrl", "gains", "states")}
+  plan = {k: saved[k] for k in ("ctrl", "states", "gains", "holds", "landing_knots")
+          if k in saved}
+  if "gains" not in plan and "holds" not in plan:
+    raise SystemExit(f"{args.out} holds neither gains nor a landing: solve again")
+  if "holds" in plan and meta.get("landing") != landing_settings():
+    raise SystemExit(f"{args.out} was saved with other landing settings ({meta.get('landing')}, "
+                     f"this script's are {landing_settings()}): solve again")
   with mjbatch_jax.Simulator(model, num_threads=args.threads) as sim:
     with common.Stopwatch()() as watch:
       result = evaluate(sim, clip, jnp.asarray(saved["start"]), plan, nstep, args.robust,
@@ -1653,6 +2021,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
   parser.add_argument("--program", choices=sorted(PROGRAMS), default="together",
                       help="the plan CEM starts from: hips and knees extend together in the push "
                            "(default), or knees first (see PROGRAMS)")
+  parser.add_argument("--push-iterations", type=common.int_in(0, 1000, "push CEM iterations"),
+                      default=PUSH_ITERATIONS, help=f"with {', '.join(LANDING_PROGRAMS)}: CEM "
+                      f"iterations of the push's search for the landing (default "
+                      f"{PUSH_ITERATIONS}; see consistent_push)")
   parser.add_argument("--gains-mu", type=_mu_list, default=(1.0, 1e2, 1e3, 1e4),
                       help="candidate mu (Q_uu + mu I) of the backward pass that gives the closed "
                            "loop's gains, comma-separated (default 1,100,1000,10000; see "

@@ -344,6 +344,34 @@ def test_g1_backflip(tmp_path):
   assert json.loads(replay.strip().splitlines()[-1]) == summary
   assert plan_path.with_suffix(".png").exists()
 
+  # knees-first, whose closed loop is the landing's (the push searched again, a hold of the tuck
+  # chosen in flight, the landing MPC), at a reduced size: the clip's first 100 frames (the flight
+  # ends at knot 83), the program's plan, one push iteration.
+  flip = example_module("g1_backflip")
+  landing_path = tmp_path / "landing.npz"
+  out = run("g1_backflip.py", "--program", "knees-first", "--frames", "100", "--samples", "8",
+            "--cem-iterations", "0", "--iterations", "0", "--push-iterations", "1", "--robust",
+            "2", "--threads", "2", "--out", str(landing_path), timeout=2400)
+  assert out.count("push CEM") == 1 and "the hold is chosen at knot 58" in out
+  assert "open-loop replay differs from the plan's states by 0.0e+00" in out
+  assert "closed-loop gains at mu" not in out  # the landing's closed loop has no gains
+  landing_summary = json.loads(out.strip().splitlines()[-1])
+  assert landing_summary["rotation_rad"] > 5.0  # the knees-first turn, here all but landed
+  arrays, landing_meta = common_module().load_result(landing_path, "g1_backflip")
+  assert "gains" not in arrays and arrays["holds"].shape == (flip.TUCK_HOLDS, 100, 29)
+  assert np.array_equal(arrays["holds"][0], arrays["ctrl"])
+  decide, land_from = arrays["landing_knots"].tolist()
+  assert decide == 58 and decide < land_from < 100 and f"the MPC from knot {land_from}" in out
+  replay = run("g1_backflip.py", "--play", "--robust", "2", "--out", str(landing_path),
+               timeout=1800)
+  assert json.loads(replay.strip().splitlines()[-1]) == landing_summary
+  landing_meta["landing"] = {**landing_meta["landing"], "seed": 1}
+  other = tmp_path / "other_landing.npz"
+  common_module().save_result(other, "g1_backflip", arrays, landing_meta,
+                              version=flip.version(flip.load_model(None), flip.Flip()))
+  code, err = _refusal("g1_backflip.py", "--play", "--out", str(other))
+  assert code == 1 and "other landing settings" in err
+
   # Bad inputs: clear errors, no tracebacks.
   code, err = _refusal("g1_backflip.py", "--play", "--out", str(tmp_path / "none.npz"))
   assert code == 1 and "no result file" in err
