@@ -383,6 +383,9 @@ def test_g1_backflip(tmp_path):
   assert code == 2 and "invalid choice: 'pike'" in err and "knees-first" in err
   code, err = _refusal("g1_backflip.py", "--frames", "500")
   assert code == 2 and "must be an integer in [2, 200]" in err
+  for iterations in ("-1", "nan", "2.5", "1001"):
+    code, err = _refusal("g1_backflip.py", "--push-iterations", iterations)
+    assert code == 2 and "must be an integer in [0, 1000] (push CEM iterations)" in err, err
   for mu in ("1,nan", "0", "1,,2"):
     code, err = _refusal("g1_backflip.py", "--gains-mu", mu)
     assert code == 2 and "must be a finite number > 0 (regularisation)" in err
