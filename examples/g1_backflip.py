@@ -1685,10 +1685,10 @@ def landing_push(sim: mjbatch_jax.Simulator, start, ctrl: np.ndarray, z: np.ndar
   of an iteration; from there each of tuck_holds(ctrl, decide, tilt) for PUSH_SPAN knots. A
   robot scores its best hold: its landing_miss (at most 1) and 1 for a bad landing (see
   touchdowns); the candidate, the mean over robots, the nominal robot's once more, and its turn
-  in flight short of PUSH_TURN (see PUSH_SHORT_WEIGHT). The mean flown is the iteration's mean
-  (the first's, ..., the last's update) with the least mean miss on PUSH_CHECK_ROBOTS other
-  robots plus the nominal robot's turn short and its miss over the choice's band, weighed as in
-  the search (the best of noisy scores is the luckiest draw)."""
+  in flight short of PUSH_TURN (see PUSH_SHORT_WEIGHT). The mean flown is, of the means CEM
+  sampled about (the program's, then each update's), the one with the least mean miss on
+  PUSH_CHECK_ROBOTS other robots plus PUSH_SHORT_WEIGHT times the nominal robot's turn short and
+  its miss over the choice's band (the best of noisy scores is the luckiest draw)."""
   model = sim.model
   pushes = phase_masks(z, t_push, decide)[:-3]  # the last three: tuck, open, settle
   synergy = jnp.asarray(synergy_matrix(model))
@@ -1750,9 +1750,11 @@ def landing_push(sim: mjbatch_jax.Simulator, start, ctrl: np.ndarray, z: np.ndar
     log(f"push CEM {i + 1:2d}: miss per robot {float(miss[0].mean()):.3f} at the mean "
         f"(nominal {float(miss[0, 0]):.3f}), best {float(costs.min()):.3f}")
   means.append(mean)
-  # Which mean is flown: each iteration's, on PUSH_CHECK_ROBOTS robots drawn apart from the
-  # search's and the nominal one. A hard rule (the nominal robot within the band and its turn
-  # not short) left no mean in one run of the solve: the shortfalls weigh as in the search.
+  # Which mean is flown: each one, on PUSH_CHECK_ROBOTS robots drawn apart from the search's
+  # and the nominal one (check i is the mean "push CEM i + 1" sampled about). A hard rule (the
+  # nominal robot within the band and its turn not short) left no mean in one run of the solve:
+  # the nominal robot's shortfalls are weighed instead. One call per mean: all of them at once
+  # would keep every physics step of 16 x 33 x 5 rows with their observations, over 1 GB.
   check = with_nominal(sim, robust_params(sim, PUSH_CHECK_ROBOTS, seed + PUSH_CHECK_SEED))
   scores = []
   for i, candidate in enumerate(means):
