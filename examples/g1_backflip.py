@@ -1246,14 +1246,16 @@ def _evaluate_landing(sim, clip: dict, start, plan: dict, nstep: int, robust: in
   """evaluate for a plan with a landing (see the landing's notes): the nominal robot and the
   randomised ones are the rows of the same calls, open loop (the plan's controls: its first
   hold) and closed loop (landing_replay)."""
-  holds, (decide, land_from) = np.asarray(plan["holds"]), plan["landing_knots"]
+  holds = np.asarray(plan["holds"])
+  decide, tilt_at, land_from = (int(k) for k in plan["landing_knots"])
+  landing_knots = (decide, tilt_at, land_from)
   params = robot_params(sim, 1)
   if robust:
     params = with_nominal(sim, robust_params(sim, robust, seed))
   open_xs, open_sensors = jax.jit(open_loop_replay, static_argnums=(0, 4))(
-    sim, params, start, holds[0], nstep)
+    sim, params, start, holds[0, 0], nstep)
   stand_height = float(np.asarray(start)[sim.layout.qpos][2])
-  xs, sensors, chosen = landing_replay(sim, params, start, holds, decide, land_from, nstep,
+  xs, sensors, chosen = landing_replay(sim, params, start, holds, landing_knots, nstep,
                                        stand_height)
   out: dict = {"holds_chosen": chosen}
   _keep_replay(out, "open_loop", sim, open_xs[0], open_sensors[0])
@@ -1262,7 +1264,7 @@ def _evaluate_landing(sim, clip: dict, start, plan: dict, nstep: int, robust: in
   nominal = np.asarray(plan["states"])[1:]
   out["replay_gap"] = float(np.max(np.abs(out["open_loop_states"][nstep - 1::nstep] - nominal)))
   # Before the landing MPC the closed loop flies a hold: the plan's own on the nominal robot.
-  before = land_from if chosen[0] == 0 else decide
+  before = land_from if not chosen[0].any() else decide
   out["closed_loop_gap"] = float(np.max(np.abs(knots[:before] - nominal[:before])))
   if robust:
     cols = floor_columns(sim)
@@ -1308,10 +1310,14 @@ def print_result(result: dict, log=print) -> None:
   log(f"open-loop replay differs from the plan's states by {result['replay_gap']:.1e} (0: bit "
       f"for bit); the closed loop by {result['closed_loop_gap']:.1e}")
   if "holds_chosen" in result:
-    held = result["holds_chosen"]
+    held, tilt = result["holds_chosen"].T
     log(f"landing: in flight the nominal robot holds the tuck {held[0]} knots longer; "
         f"{np.count_nonzero(held[1:])} of {len(held) - 1} randomised robots hold it longer "
         f"({', '.join(f'{h}: {np.count_nonzero(held[1:] == h)}' for h in range(1, TUCK_HOLDS))})")
+    log(f"landing: the nominal robot tilts {LANDING_TILTS[tilt[0]]:g} rad; "
+        f"{np.count_nonzero(tilt[1:])} of {len(tilt) - 1} randomised robots tilt otherwise (" +
+        ", ".join(f"{LANDING_TILTS[t]:g}: {np.count_nonzero(tilt[1:] == t)}"
+                  for t in range(1, len(LANDING_TILTS))) + ")")
   if "robust" in result:
     n = len(result["robust"])
     log(f"robustness ({n} robots, link masses x[0.9, 1.1], floor friction [0.6, 1.0]): "
@@ -1545,17 +1551,18 @@ def _plan_cost(cost: control.Cost, params, start, ctrls, nstep: int) -> jax.Arra
 #    not see the randomised robots) for what the landing needs of the flight: that some hold of
 #    the choice in 2. lands each robot on its feet alone where the landing MPC catches it
 #    (landing_miss: its capture offset near CAPTURE_GOAL, the pelvis not short of PITCH_FLOOR).
-# 2. In flight, at the end of the tuck, a choice (choose_holds): the tuck held 0 to
+# 2. In flight, at the end of the tuck, a choice (choose_landing): the tuck held 0 to
 #    TUCK_HOLDS - 1 knots longer and the rest of the plan later by as much, each run from the
 #    measured state on the nominal model to touchdown; the one with the least landing_miss and
 #    only the feet on the floor is flown, the plan's own while its miss is within CAPTURE_BAND
 #    (in metres of offset). Held longer, the tucked body turns more before it opens; the robots
 #    that spin slowly touch down forward, on a knee or a hand, without it.
-# 3. The waist and both hips tilt the pelvis back over the knots about the nominal touchdown
-#    (TILT), and from the knot after them a sampling MPC (landing_mpc) holds the robot on its
-#    feet and upright to the end of the clip, planning on the nominal model from the state
-#    measured each knot. The plan's own controls stand only the nominal robot: the landing is
-#    where the randomised ones differ most.
+# 3. The waist and both hips tilt the pelvis back over the knots about the nominal touchdown,
+#    by an amount chosen per robot two knots before (a second choice, as in 2., among
+#    LANDING_TILTS; the plan's own is TILT), and from the knot after them a sampling MPC
+#    (landing_mpc) holds the robot on its feet and upright to the end of the clip, planning on
+#    the nominal model from the state measured each knot. The plan's own controls stand only the
+#    nominal robot: the landing is where the randomised ones differ most.
 LANDING_PROGRAMS = ("knees-first",)
 # The push's search. Scoring each candidate by its turn in flight, each on 8 robots of its own,
 # and flying the best candidate seen stood 7 of 32 held-out robots: the best of noisy scores is
@@ -1567,9 +1574,9 @@ LANDING_PROGRAMS = ("knees-first",)
 # from one iteration to the next and weighs the nominal robot as one of nine. So the nominal
 # robot counts twice in each candidate's score and its turn short of PUSH_TURN
 # PUSH_SHORT_WEIGHT times, and the mean flown is the best of every iteration's checked on
-# PUSH_CHECK_ROBOTS robots of their own: 19 of 32 and the nominal robot, turning 6.18 rad (with the
-# turn weighed once, 8 robots an iteration and a hard rule in the check: 16 of 32, 5.87 rad;
-# examples/results/README.md).
+# PUSH_CHECK_ROBOTS robots of their own: 19 of 32 and the nominal robot, turning 6.18 rad, under
+# one choice in flight and a 12-knot MPC (with the turn weighed once, 8 robots an iteration and a
+# hard rule in the check: 16 of 32, 5.87 rad; examples/results/README.md).
 PUSH_SAMPLES, PUSH_ITERATIONS, PUSH_ROBOTS, PUSH_SEED = 32, 15, 12, 3000
 PUSH_SHORT_WEIGHT = 4.0  # per radian of the nominal robot's turn short of PUSH_TURN
 PUSH_CHECK_ROBOTS, PUSH_CHECK_SEED = 32, 100  # see landing_push: which mean is flown
@@ -1577,6 +1584,15 @@ PUSH_SPAN = 32  # knots after the choice within which each robot must touch down
 PUSH_SPREAD = 0.1  # rad: CEM's first standard deviation of each synergy target
 TILT = 0.35  # rad added to the waist's and the hips' pitch targets: the pelvis tilts back
 TUCK_HOLDS = 5
+# The tilt's second choice. The hold chosen at the end of the tuck is predicted on the nominal
+# model 25 knots ahead, where the robot's own masses move its touchdown; two knots before the tilt
+# (about 0.1 s before touchdown, in ballistic flight) the nominal model predicts the feet's
+# placement well. On the saved push (the solve before this choice), with the chosen hold's
+# landing_miss on each robot's own model <= 0.45 as the measure (it was for 19 of the 21 that
+# stood, and none above 0.5 stood): one choice 21 of 32 robots (seed 0), 35 of 48 (seed 5); the
+# tilt chosen as well 27 and 42, as many as a choice on each robot's own model would give.
+LANDING_TILTS = (TILT, -0.3, 0.0, 0.15, 0.25, 0.5)  # rad, the plan's own first
+TILT_LEAD = 2  # knots between the tilt's choice and its first knot
 # What says at touchdown whether the landing MPC can stand the robot: the capture offset, the
 # centre of mass's x ahead of the feet's midpoint plus its x velocity times CAPTURE_TAU (about
 # sqrt(z / g) at touchdown). The saved plan's closed loop on the nominal robot and 32 randomised
@@ -1596,13 +1612,15 @@ PITCH_FLOOR, PITCH_SCALE = 0.43, 0.1
 # 2 pi - 0.3 = 5.98 rad.
 PUSH_TURN = 6.05
 EARLY_KNOTS = 3  # another body on the floor this soon after touchdown: a fall, not a landing
-# The landing MPC: CEM over 4 linear knots of the next 12 (0.24 s), 64 candidates, one iteration
-# per knot (128 and two gave the same landings on the robots tried, at four times the cost); its
-# cost has no time in it: bodies other than the feet on the floor, the pelvis's height against
-# standing, its z axis's tilt, the centre of mass over the feet's midpoint, the root's and the
-# joints' velocities, the controls against the standing targets (the plan's last).
-LAND_HORIZON = 12
-LAND_SETTINGS = control.SamplingSettings("cem", num_samples=64, num_knots=4,
+# The landing MPC: CEM over 5 linear knots of the next 20 (0.4 s), 64 candidates, one iteration per
+# knot (128 and two gave the same landings on the robots tried, at four times the cost; 4 knots of
+# the next 12 stood 1 of the 12 robots that fell on the saved push with the tilt's choice, these 3
+# of them, at 1.8 times the cost); its cost has no time in it: bodies other than the feet on the
+# floor, the pelvis's height against standing, its z axis's tilt, the centre of mass over the feet's
+# midpoint, the root's and the joints' velocities, the controls against the standing targets (the
+# plan's last).
+LAND_HORIZON = 20
+LAND_SETTINGS = control.SamplingSettings("cem", num_samples=64, num_knots=5,
                                          interpolation="linear", noise=0.1, iterations=1,
                                          num_elites=8, std_min=0.02)
 LAND_WEIGHTS = {"touch": 300.0, "height": 30.0, "tilt": 50.0, "balance": 300.0, "root_vel": 0.5,
@@ -1613,7 +1631,8 @@ LAND_SEED = 100
 def landing_settings() -> dict:
   """What the landing's closed loop replays with, beside the saved holds (saved in the meta)."""
   return {"capture": [CAPTURE_TAU, CAPTURE_GOAL, CAPTURE_SCALE, CAPTURE_BAND],
-          "pitch_floor": [PITCH_FLOOR, PITCH_SCALE],
+          "pitch_floor": [PITCH_FLOOR, PITCH_SCALE], "tilts": list(LANDING_TILTS),
+          "tilt_lead": TILT_LEAD, "span": PUSH_SPAN,
           "early_knots": EARLY_KNOTS, "horizon": LAND_HORIZON,
           "mpc": list(LAND_SETTINGS), "weights": LAND_WEIGHTS, "seed": LAND_SEED}
 
@@ -1696,7 +1715,7 @@ def landing_push(sim: mjbatch_jax.Simulator, start, ctrl: np.ndarray, z: np.ndar
   lo, hi = (jnp.asarray(b) for b in model.actuator_ctrlrange.T)
   base = jnp.asarray(ctrl[:decide])
   span = min(PUSH_SPAN, len(ctrl) - decide)
-  tails = jnp.repeat(jnp.asarray(tuck_holds(model, ctrl, decide, tilt)[:, decide:decide + span]),
+  tails = jnp.repeat(jnp.asarray(tuck_holds(model, ctrl, decide, tilt)[:, 0, decide:decide + span]),
                      nstep, axis=1)
   cols = floor_columns(sim)
   holds = len(tails)
@@ -1772,8 +1791,9 @@ def landing_push(sim: mjbatch_jax.Simulator, start, ctrl: np.ndarray, z: np.ndar
 
 def tuck_holds(model: mujoco.MjModel, ctrl: np.ndarray, decide: int, tilt: tuple[int, int]
                ) -> np.ndarray:
-  """(TUCK_HOLDS, F, nu): ctrl with the tuck's last knot (decide - 1) held h more knots and the
-  rest later by as much (h = 0, 1, ...), the landing tilt (TILT over the knots tilt) on each."""
+  """(TUCK_HOLDS, len(LANDING_TILTS), F, nu): ctrl with the tuck's last knot (decide - 1) held h
+  more knots and the rest later by as much (h = 0, 1, ...), with each of LANDING_TILTS over the
+  knots tilt; [0, 0] is the plan's own."""
   names = [model.actuator(i).name for i in range(model.nu)]
   tilted = [names.index("waist_pitch_joint")] + [names.index(f"{s}_hip_pitch_joint")
                                                  for s in SIDES]
@@ -1782,21 +1802,25 @@ def tuck_holds(model: mujoco.MjModel, ctrl: np.ndarray, decide: int, tilt: tuple
   for h in range(TUCK_HOLDS):
     u = np.concatenate([ctrl[:decide], np.repeat(ctrl[decide - 1:decide], h, axis=0),
                         ctrl[decide:frames - h]])
-    u[tilt[0]:tilt[1], tilted] += TILT
-    holds.append(np.clip(u, *model.actuator_ctrlrange.T))
-  return np.stack(holds)
+    for amount in LANDING_TILTS:
+      v = u.copy()
+      v[tilt[0]:tilt[1], tilted] += amount
+      holds.append(np.clip(v, *model.actuator_ctrlrange.T))
+  return np.stack(holds).reshape(TUCK_HOLDS, len(LANDING_TILTS), frames, model.nu)
 
 
-def choose_holds(sim: mjbatch_jax.Simulator, states, holds: np.ndarray, decide: int, nstep: int
-                 ) -> np.ndarray:
-  """Each robot's hold (index into holds) from its state measured at knot decide (N, nstate):
-  every hold run on the nominal model to the end (one rollout call); the one with the least
-  landing_miss on the feet alone (see the landing's notes)."""
-  n, count = len(states), len(holds)
-  tails = jnp.repeat(jnp.asarray(holds[:, decide:]), nstep, axis=1)
-  xs, sensors, obs = mjbatch_jax.rollout(jnp.repeat(jnp.asarray(states), count, axis=0),
-                                         jnp.tile(tails, (n, 1, 1)), sim.params(n * count),
-                                         observe=("subtree_com", "xpos"))
+def choose_landing(sim: mjbatch_jax.Simulator, states, candidates: np.ndarray, knot: int,
+                   nstep: int) -> np.ndarray:
+  """Each robot's candidate (index) from its state measured at knot knot (N, nstate) and its
+  candidate plans (N, K, F, nu): each run on the nominal model from there for PUSH_SPAN knots
+  (one rollout call); the one with the least landing_miss on the feet alone (see the landing's
+  notes), the first while its miss is within CAPTURE_BAND (in metres of offset)."""
+  n, count, frames, _ = candidates.shape
+  span = min(PUSH_SPAN, frames - knot)
+  tails = jnp.repeat(jnp.asarray(candidates[:, :, knot:knot + span]).reshape(n * count, span, -1),
+                     nstep, axis=1)
+  xs, sensors, obs = mjbatch_jax.rollout(jnp.repeat(jnp.asarray(states), count, axis=0), tails,
+                                         sim.params(n * count), observe=("subtree_com", "xpos"))
   pitch, bad, cp = touchdowns(sim, xs, sensors[..., floor_columns(sim)], EARLY_KNOTS * nstep, obs)
   miss = np.asarray(landing_miss(pitch, cp) + 10.0 * bad).reshape(n, count)
   chosen = np.argmin(miss, axis=1)
@@ -1875,9 +1899,10 @@ def plan_landing(sim: mjbatch_jax.Simulator, start, ctrl: np.ndarray, z: np.ndar
                  t_push: float, nstep: int, push_iterations: int = PUSH_ITERATIONS, log=print
                  ) -> dict | None:
   """The plan with its landing (see the landing's notes) from the solve's controls and the
-  program z they were sampled from: {"ctrl": the first hold, "states": its knots' states on the
-  nominal robot, "holds", "landing_knots": (the knot the hold is chosen at, the MPC's first)};
-  None when the clip ends before the flight does."""
+  program z they were sampled from: {"ctrl": the plan's own hold, "states": its knots' states on
+  the nominal robot, "holds" (see tuck_holds), "landing_knots": (the knot the hold is chosen at,
+  the knot the tilt is chosen at, the MPC's first)}; None when the clip ends before the flight
+  does."""
   frames = len(ctrl)
   opening = phase_masks(z, t_push, frames)[-2]
   if not opening.any():
@@ -1891,7 +1916,7 @@ def plan_landing(sim: mjbatch_jax.Simulator, start, ctrl: np.ndarray, z: np.ndar
   m = flip_metrics(np.asarray(xs[0])[:, sim.layout.qpos],
                    np.asarray(sensors[0])[:, floor_columns(sim)], dt)
   touch = round(m["touchdown_s"] / dt) // nstep
-  if m["flight_s"] < MIN_FLIGHT or touch + 2 >= frames or touch <= decide:
+  if m["flight_s"] < MIN_FLIGHT or touch + 2 >= frames or touch - 1 - TILT_LEAD <= decide:
     log("landing: the plan does not land inside the clip after the tuck opens: the closed loop "
         "is the plan's gains")
     return None
@@ -1899,34 +1924,41 @@ def plan_landing(sim: mjbatch_jax.Simulator, start, ctrl: np.ndarray, z: np.ndar
   pushed = landing_push(sim, start, ctrl, z, t_push, nstep, decide, tilt, push_iterations,
                         log=log)
   holds = tuck_holds(sim.model, pushed, decide, tilt)
-  xs, sensors = open_loop_replay(sim, robot_params(sim, 1), start, holds[0], nstep)
+  xs, sensors = open_loop_replay(sim, robot_params(sim, 1), start, holds[0, 0], nstep)
   states = np.concatenate([np.asarray(start)[None], np.asarray(xs[0])[nstep - 1::nstep]])
   m = flip_metrics(np.asarray(xs[0])[:, sim.layout.qpos],
                    np.asarray(sensors[0])[:, floor_columns(sim)], dt)
   log(f"landing: with the searched push the nominal robot leaves at {m['takeoff_s']:.2f} s and "
       f"turns {m['rotation_rad']:.2f} rad in flight on the plan's own hold, open loop; the hold "
       f"is chosen at knot {decide}, the tilt over knots {touch - 1}-{touch + 1} (where iLQR's "
-      f"plan lands), the MPC from knot {touch + 2}")
-  return {"ctrl": holds[0], "states": states, "holds": holds,
-          "landing_knots": np.array([decide, touch + 2])}
+      f"plan lands) at knot {tilt[0] - TILT_LEAD}, the MPC from knot {touch + 2}")
+  return {"ctrl": holds[0, 0], "states": states, "holds": holds,
+          "landing_knots": np.array([decide, tilt[0] - TILT_LEAD, touch + 2])}
 
 
-def landing_replay(sim: mjbatch_jax.Simulator, params, start, holds: np.ndarray, decide: int,
-                   land_from: int, nstep: int, stand_height: float
+def landing_replay(sim: mjbatch_jax.Simulator, params, start, holds: np.ndarray,
+                   knots: tuple[int, int, int], nstep: int, stand_height: float
                    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
   """The closed loop with the landing (see the landing's notes) on the N robots of params from
-  start: every physics step's states and sensordata (N, F * nstep, ...) and each robot's hold."""
+  start, holds as tuck_holds' and knots as plan_landing's landing_knots: every physics step's
+  states and sensordata (N, F * nstep, ...) and each robot's (hold, tilt) (N, 2)."""
+  decide, tilt_at, land_from = knots
   n = len(params["body_mass"])
-  plan = jnp.repeat(jnp.asarray(holds[0, :decide]), nstep, axis=0)
+  plan = jnp.repeat(jnp.asarray(holds[0, 0, :decide]), nstep, axis=0)
   xs, sensors = mjbatch_jax.rollout(jnp.broadcast_to(start, (n, sim.nstate)),
                                     jnp.broadcast_to(plan, (n, *plan.shape)), params)
-  chosen = choose_holds(sim, xs[:, -1], holds, decide, nstep)
-  flown = jnp.repeat(jnp.asarray(holds[chosen, decide:land_from]), nstep, axis=1)
+  hold = choose_landing(sim, xs[:, -1], np.broadcast_to(holds[:, 0], (n, *holds[:, 0].shape)),
+                        decide, nstep)
+  flown = jnp.repeat(jnp.asarray(holds[hold, 0, decide:tilt_at]), nstep, axis=1)
   xs2, sensors2 = mjbatch_jax.rollout(xs[:, -1], flown, params)
-  xs3, sensors3 = landing_mpc(sim, params, xs2[:, -1], holds[chosen], land_from, nstep,
+  tilt = choose_landing(sim, xs2[:, -1], holds[hold], tilt_at, nstep)
+  flown = jnp.repeat(jnp.asarray(holds[hold, tilt, tilt_at:land_from]), nstep, axis=1)
+  xs3, sensors3 = mjbatch_jax.rollout(xs2[:, -1], flown, params)
+  xs4, sensors4 = landing_mpc(sim, params, xs3[:, -1], holds[hold, tilt], land_from, nstep,
                               stand_height)
-  return (np.concatenate([np.asarray(a) for a in (xs, xs2, xs3)], axis=1),
-          np.concatenate([np.asarray(a) for a in (sensors, sensors2, sensors3)], axis=1), chosen)
+  return (np.concatenate([np.asarray(a) for a in (xs, xs2, xs3, xs4)], axis=1),
+          np.concatenate([np.asarray(a) for a in (sensors, sensors2, sensors3, sensors4)], axis=1),
+          np.stack([hold, tilt], axis=1))
 
 
 # --------------------------------------------------------------------------------- profile

@@ -345,8 +345,8 @@ def test_g1_backflip(tmp_path):
   assert plan_path.with_suffix(".png").exists()
 
   # knees-first, whose closed loop is the landing's (the push searched again, a hold of the tuck
-  # chosen in flight, the landing MPC), at a reduced size: the clip's first 100 frames (the flight
-  # ends at knot 83), the program's plan, one push iteration.
+  # and a tilt chosen in flight, the landing MPC), at a reduced size: the clip's first 100 frames
+  # (the flight ends at knot 83), the program's plan, one push iteration.
   flip = example_module("g1_backflip")
   landing_path = tmp_path / "landing.npz"
   out = run("g1_backflip.py", "--program", "knees-first", "--frames", "100", "--samples", "8",
@@ -358,10 +358,12 @@ def test_g1_backflip(tmp_path):
   landing_summary = json.loads(out.strip().splitlines()[-1])
   assert landing_summary["rotation_rad"] > 5.0  # the knees-first turn, here all but landed
   arrays, landing_meta = common_module().load_result(landing_path, "g1_backflip")
-  assert "gains" not in arrays and arrays["holds"].shape == (flip.TUCK_HOLDS, 100, 29)
-  assert np.array_equal(arrays["holds"][0], arrays["ctrl"])
-  decide, land_from = arrays["landing_knots"].tolist()
-  assert decide == 58 and decide < land_from < 100 and f"the MPC from knot {land_from}" in out
+  assert "gains" not in arrays
+  assert arrays["holds"].shape == (flip.TUCK_HOLDS, len(flip.LANDING_TILTS), 100, 29)
+  assert np.array_equal(arrays["holds"][0, 0], arrays["ctrl"])
+  decide, tilt_at, land_from = arrays["landing_knots"].tolist()
+  assert decide == 58 and decide < tilt_at < land_from < 100
+  assert f"at knot {tilt_at}, the MPC from knot {land_from}" in out
   replay = run("g1_backflip.py", "--play", "--robust", "2", "--out", str(landing_path),
                timeout=1800)
   assert json.loads(replay.strip().splitlines()[-1]) == landing_summary
