@@ -57,8 +57,9 @@ loop chooses from the measured state how many knots longer to hold the tuck (0-4
 predicted on the nominal model to touchdown; after iLQR the push's targets are searched again so
 that on randomised robots some hold lands the feet with the centre of mass where the landing
 catches it (its capture offset, see CAPTURE_TAU), the nominal robot turning far enough; the waist
-and hips tilt the pelvis back about the touchdown; then a sampling MPC (control.sampling's CEM,
-planned each knot from the measured state) keeps the robot on its feet and upright to the end.
+and hips tilt the pelvis back about the touchdown, by an amount chosen in flight as the hold is;
+from that choice, before touchdown, a sampling MPC (control.sampling's CEM, planned each knot from
+the measured state) lands the robot on its feet and keeps it there upright to the end.
 That closed loop has no gains (see plan_landing).
 
 Replays: open-loop (the controls) and closed-loop with the plan's time-varying gains (the state
@@ -1559,10 +1560,11 @@ def _plan_cost(cost: control.Cost, params, start, ctrls, nstep: int) -> jax.Arra
 #    that spin slowly touch down forward, on a knee or a hand, without it.
 # 3. The waist and both hips tilt the pelvis back over the knots about the nominal touchdown,
 #    by an amount chosen per robot two knots before (a second choice, as in 2., among
-#    LANDING_TILTS; the plan's own is TILT), and from the knot after them a sampling MPC
-#    (landing_mpc) holds the robot on its feet and upright to the end of the clip, planning on
-#    the nominal model from the state measured each knot. The plan's own controls stand only the
-#    nominal robot: the landing is where the randomised ones differ most.
+#    LANDING_TILTS; the plan's own is TILT), and from that choice on (LAND_LEAD) a sampling MPC
+#    (landing_mpc), warm started from the chosen plan, lands the robot on its feet and holds it
+#    there upright to the end of the clip, planning on the nominal model from the state measured
+#    each knot. The plan's own controls stand only the nominal robot: the landing is where the
+#    randomised ones differ most.
 LANDING_PROGRAMS = ("knees-first",)
 # The push's search. Scoring each candidate by its turn in flight, each on 8 robots of its own,
 # and flying the best candidate seen stood 7 of 32 held-out robots: the best of noisy scores is
@@ -1620,6 +1622,15 @@ EARLY_KNOTS = 3  # another body on the floor this soon after touchdown: a fall, 
 # midpoint, the root's and the joints' velocities, the controls against the standing targets (the
 # plan's last).
 LAND_HORIZON = 20
+# The landing MPC takes over LAND_LEAD knots before the knot in which iLQR's plan lands: in flight,
+# from each robot's own state, it places the feet under a body turning at its own rate, warm
+# started from the hold and the tilt chosen (with the tilt chosen 3 knots before that knot, the
+# MPC starts at the tilt's choice). Started 2 knots after that knot instead (the solve before: the
+# chosen plan flown open loop through touchdown), 10 of seed 0's 32 randomised robots fell; run on
+# those 10 and 2 that fell in other runs, that MPC stood 2 of the 12; from 3 knots before, 9 (the
+# nominal robot and the other 20 stood under both); from the knot before each robot's own
+# touchdown (as the nominal model predicts it at the tilt's choice), 6.
+LAND_LEAD = 3
 LAND_SETTINGS = control.SamplingSettings("cem", num_samples=64, num_knots=5,
                                          interpolation="linear", noise=0.1, iterations=1,
                                          num_elites=8, std_min=0.02)
@@ -1632,7 +1643,7 @@ def landing_settings() -> dict:
   """What the landing's closed loop replays with, beside the saved holds (saved in the meta)."""
   return {"capture": [CAPTURE_TAU, CAPTURE_GOAL, CAPTURE_SCALE, CAPTURE_BAND],
           "pitch_floor": [PITCH_FLOOR, PITCH_SCALE], "tilts": list(LANDING_TILTS),
-          "tilt_lead": TILT_LEAD, "span": PUSH_SPAN,
+          "tilt_lead": TILT_LEAD, "land_lead": LAND_LEAD, "span": PUSH_SPAN,
           "early_knots": EARLY_KNOTS, "horizon": LAND_HORIZON,
           "mpc": list(LAND_SETTINGS), "weights": LAND_WEIGHTS, "seed": LAND_SEED}
 
@@ -1911,7 +1922,8 @@ def plan_landing(sim: mjbatch_jax.Simulator, start, ctrl: np.ndarray, z: np.ndar
   decide = int(np.flatnonzero(opening)[0])
   dt = sim.model.opt.timestep
   # The knot in which the feet land (iLQR's plan, open loop, nominal robot): the tilt spans it and
-  # a knot either side, the MPC takes over after. The push's search scores the holds with it.
+  # a knot either side, the MPC takes over LAND_LEAD knots before it. The push's search scores the
+  # holds with it.
   xs, sensors = open_loop_replay(sim, robot_params(sim, 1), start, ctrl, nstep)
   m = flip_metrics(np.asarray(xs[0])[:, sim.layout.qpos],
                    np.asarray(sensors[0])[:, floor_columns(sim)], dt)
@@ -1931,9 +1943,9 @@ def plan_landing(sim: mjbatch_jax.Simulator, start, ctrl: np.ndarray, z: np.ndar
   log(f"landing: with the searched push the nominal robot leaves at {m['takeoff_s']:.2f} s and "
       f"turns {m['rotation_rad']:.2f} rad in flight on the plan's own hold, open loop; the hold "
       f"is chosen at knot {decide}, the tilt over knots {touch - 1}-{touch + 1} (where iLQR's "
-      f"plan lands) at knot {tilt[0] - TILT_LEAD}, the MPC from knot {touch + 2}")
+      f"plan lands) at knot {tilt[0] - TILT_LEAD}, the MPC from knot {touch - LAND_LEAD}")
   return {"ctrl": holds[0, 0], "states": states, "holds": holds,
-          "landing_knots": np.array([decide, tilt[0] - TILT_LEAD, touch + 2])}
+          "landing_knots": np.array([decide, tilt[0] - TILT_LEAD, touch - LAND_LEAD])}
 
 
 def landing_replay(sim: mjbatch_jax.Simulator, params, start, holds: np.ndarray,
@@ -1952,12 +1964,14 @@ def landing_replay(sim: mjbatch_jax.Simulator, params, start, holds: np.ndarray,
   flown = jnp.repeat(jnp.asarray(holds[hold, 0, decide:tilt_at]), nstep, axis=1)
   xs2, sensors2 = mjbatch_jax.rollout(xs[:, -1], flown, params)
   tilt = choose_landing(sim, xs2[:, -1], holds[hold], tilt_at, nstep)
-  flown = jnp.repeat(jnp.asarray(holds[hold, tilt, tilt_at:land_from]), nstep, axis=1)
-  xs3, sensors3 = mjbatch_jax.rollout(xs2[:, -1], flown, params)
-  xs4, sensors4 = landing_mpc(sim, params, xs3[:, -1], holds[hold, tilt], land_from, nstep,
-                              stand_height)
-  return (np.concatenate([np.asarray(a) for a in (xs, xs2, xs3, xs4)], axis=1),
-          np.concatenate([np.asarray(a) for a in (sensors, sensors2, sensors3, sensors4)], axis=1),
+  parts = [(xs, sensors), (xs2, sensors2)]
+  if land_from > tilt_at:  # the chosen plan flown open loop until the MPC takes over
+    flown = jnp.repeat(jnp.asarray(holds[hold, tilt, tilt_at:land_from]), nstep, axis=1)
+    parts.append(mjbatch_jax.rollout(xs2[:, -1], flown, params))
+  parts.append(landing_mpc(sim, params, parts[-1][0][:, -1], holds[hold, tilt], land_from, nstep,
+                           stand_height))
+  return (np.concatenate([np.asarray(x) for x, _ in parts], axis=1),
+          np.concatenate([np.asarray(s) for _, s in parts], axis=1),
           np.stack([hold, tilt], axis=1))
 
 
