@@ -2,10 +2,25 @@
 
 from pathlib import Path
 
+import os
+
 import mujoco
 import pytest
+from hypothesis import HealthCheck, settings
 
 from tests.models import CARTPOLE_XML, FREEBALL_XML, MODELS_DIR, MODELS_MISSING, PENDULUM_XML
+
+# Property-based tests (Hypothesis): few examples in the README's test command, which has a
+# budget of minutes; more in .ci/run's slow leg (HYPOTHESIS_PROFILE=thorough). No deadline: a
+# first call compiles, and this machine is shared. Checks that make a Simulator per example
+# live with a function-scoped fixture's setup, which is why that health check is off.
+settings.register_profile(
+  "quick", max_examples=12, deadline=None,
+  suppress_health_check=(HealthCheck.function_scoped_fixture, HealthCheck.too_slow))
+settings.register_profile(
+  "thorough", max_examples=120, deadline=None,
+  suppress_health_check=(HealthCheck.function_scoped_fixture, HealthCheck.too_slow))
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "quick"))
 
 
 @pytest.fixture(scope="session")

@@ -1,0 +1,228 @@
+"""Checks of arguments by value, shared by the public functions above the core.
+
+Each check returns the value in the form its caller computes with (a Python int or float, a
+JAX array) or raises ValueError that names the argument, says what was expected and shows what
+was given. The rules are the same everywhere, so that a user meets one convention:
+
+- numpy scalars (np.int64(5), np.float32(0.1)) are the Python numbers they hold, and are shown
+  as such in messages ("got 5", never "got np.int64(5)");
+- bool is not a number (True is an int to Python, never a count or a gain to a user);
+- a value that must be known at trace time (a count, a size, a static setting) refuses a
+  traced one, naming it; an array may be traced, and then only its shape is checked, since its
+  values are not known yet;
+- NaN is refused wherever it is checked; inf only where a limit may be absent (allow_inf).
+
+  from mjbatch_jax import _validate as v
+  n = v.integer("num_samples", num_samples, low=1)
+  mu = v.number("mu", mu, low=0.0, low_open=True)
+  q = v.array("q", q, shape=(..., 4))
+
+The core's own arguments (state, ctrl, params, nstep) are checked in `_checks`, which keeps the
+engine's messages; this module serves control, sysid, agents, envs, rotations and tangent.
+"""
+
+import math
+from collections.abc import Sequence
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax.core import Tracer
+
+# A shape pattern: ints are exact sizes, None any size, and a leading Ellipsis any number of
+# leading dimensions, as in (..., 4) for quaternions or (None, nu) for a plan.
+Shape = tuple[Any, ...]
+
+_FLOATS = (np.dtype(np.float32), np.dtype(np.float64))
+
+
+def shown(value: Any) -> str:
+  """value as a message shows it: numpy scalars as Python numbers, arrays by shape and dtype."""
+  if isinstance(value, Tracer):
+    return f"a traced {value.dtype} array of shape {tuple(value.shape)}"
+  if isinstance(value, np.generic):
+    value = value.item()
+  if isinstance(value, (np.ndarray, jax.Array)):
+    if value.size <= 8:
+      return f"{np.asarray(value).tolist()!r} (shape {tuple(value.shape)})"
+    return f"a {value.dtype} array of shape {tuple(value.shape)}"
+  text = repr(value)
+  return text if len(text) <= 80 else text[:77] + "..."
+
+
+def static(name: str, value: Any) -> None:
+  """ValueError if value is traced: it must be known when the function is traced."""
+  if isinstance(value, Tracer):
+    raise ValueError(
+      f"{name} must be a Python value known at trace time, got {shown(value)}: pass it as a"
+      " static argument (jax.jit(f, static_argnames=...)) or outside the jitted function"
+    )
+
+
+def integer(name: str, value: Any, low: int | None = None, high: int | None = None) -> int:
+  """value as a Python int in [low, high]; numpy integers too, never bool or a float."""
+  static(name, value)
+  if not isinstance(value, (int, np.integer)) or isinstance(value, (bool, np.bool_)):
+    raise ValueError(f"{name} must be {_int_range(low, high)}, got {shown(value)}")
+  value = int(value)
+  if (low is not None and value < low) or (high is not None and value > high):
+    raise ValueError(f"{name} must be {_int_range(low, high)}, got {value}")
+  return value
+
+
+def number(
+  name: str,
+  value: Any,
+  low: float | None = None,
+  high: float | None = None,
+  *,
+  low_open: bool = False,
+  high_open: bool = False,
+  allow_inf: bool = False,
+) -> float:
+  """value as a Python float in the range given; ints and numpy scalars too, never bool or NaN.
+
+  low_open/high_open exclude the bound itself; allow_inf admits an infinite value (inside the
+  range), for limits that may be absent.
+  """
+  static(name, value)
+  want = _float_range(low, high, low_open, high_open, allow_inf)
+  is_number = isinstance(value, (int, float, np.integer, np.floating))
+  if not is_number or isinstance(value, (bool, np.bool_)):
+    if isinstance(value, (np.ndarray, jax.Array)) and np.shape(value) == ():
+      return number(name, np.asarray(value).item(), low, high, low_open=low_open,
+                    high_open=high_open, allow_inf=allow_inf)
+    raise ValueError(f"{name} must be {want}, got {shown(value)}")
+  value = float(value)
+  if math.isnan(value) or (math.isinf(value) and not allow_inf):
+    raise ValueError(f"{name} must be {want}, got {value}")
+  if low is not None and (value < low or (low_open and value == low)):
+    raise ValueError(f"{name} must be {want}, got {value}")
+  if high is not None and (value > high or (high_open and value == high)):
+    raise ValueError(f"{name} must be {want}, got {value}")
+  return value
+
+
+def flag(name: str, value: Any) -> bool:
+  """value as a Python bool; numpy's bool too, never an int."""
+  static(name, value)
+  if not isinstance(value, (bool, np.bool_)):
+    raise ValueError(f"{name} must be True or False, got {shown(value)}")
+  return bool(value)
+
+
+def one_of(name: str, value: Any, options: Sequence[str]) -> str:
+  """value, one of the strings in options."""
+  if not isinstance(value, str) or value not in options:
+    raise ValueError(f"{name} must be one of {tuple(options)}, got {shown(value)}")
+  return value
+
+
+def array(
+  name: str,
+  x: Any,
+  shape: Shape | None = None,
+  *,
+  finite: bool = False,
+  allow_inf: bool = False,
+  dtype: str = "floating",
+) -> jax.Array:
+  """x as a JAX array of the dtype kind given, matching shape; its values checked if concrete.
+
+  shape: a pattern (see Shape). finite: refuse NaN (and inf unless allow_inf) where the values
+  are known. dtype: "floating" (float32 or float64; ints are converted to the default float
+  dtype, bools refused), "integer", or "any".
+  """
+  if isinstance(x, str) or x is None:
+    raise ValueError(f"{name} must be {_array_kind(dtype)}, got {shown(x)}")
+  if isinstance(x, (np.ndarray, jax.Array, np.generic)) and not isinstance(x, Tracer):
+    source_kind = np.asarray(x).dtype.kind
+  elif isinstance(x, Tracer):
+    source_kind = np.dtype(x.dtype).kind
+  else:
+    try:
+      source_kind = np.asarray(x).dtype.kind
+    except (TypeError, ValueError):
+      raise ValueError(f"{name} must be {_array_kind(dtype)}, got {shown(x)}") from None
+  if source_kind not in "biuf" and dtype != "any":
+    raise ValueError(f"{name} must be {_array_kind(dtype)}, got {shown(x)} of dtype kind "
+                     f"{source_kind!r}")
+  try:
+    x = jnp.asarray(x)
+  except (TypeError, ValueError):
+    raise ValueError(f"{name} must be {_array_kind(dtype)}, got {shown(x)}") from None
+  if dtype == "floating":
+    if x.dtype == jnp.bool_:
+      raise ValueError(f"{name} must be float32 or float64 numbers, got booleans")
+    if jnp.issubdtype(x.dtype, jnp.integer):
+      x = x.astype(jnp.result_type(float))
+    elif x.dtype not in _FLOATS:
+      raise ValueError(f"{name} must be float32 or float64, got {x.dtype}")
+  elif dtype == "integer" and not jnp.issubdtype(x.dtype, jnp.integer):
+    raise ValueError(f"{name} must be integers, got {x.dtype}")
+  if shape is not None and not matches(x.shape, shape):
+    raise ValueError(f"{name} must have shape {pattern(shape)}, got {tuple(x.shape)}")
+  if finite and not isinstance(x, Tracer) and x.size:
+    values = np.asarray(x)
+    bad = np.isnan(values) if allow_inf else ~np.isfinite(values)
+    if np.any(bad):
+      first = tuple(int(i) for i in np.argwhere(bad)[0])
+      what = "NaN" if allow_inf else "NaN or inf"
+      raise ValueError(f"{name} must not hold {what}: {values[first]} at index {first}")
+  return x
+
+
+def vector(name: str, x: Any, size: int, **kwargs: Any) -> jax.Array:
+  """x as a (size,) array; a scalar is broadcast to it (a bound or a gain for every entry)."""
+  x = array(name, x, **kwargs)
+  if x.ndim == 0:
+    return jnp.broadcast_to(x, (size,))
+  if x.shape != (size,):
+    raise ValueError(f"{name} must be a number or have shape ({size},), got {tuple(x.shape)}")
+  return x
+
+
+def matches(shape: tuple[int, ...], want: Shape) -> bool:
+  """Whether shape fits the pattern want."""
+  shape = tuple(shape)
+  if want and want[0] is Ellipsis:
+    tail = want[1:]
+    if len(shape) < len(tail):
+      return False
+    shape = shape[len(shape) - len(tail):]
+    want = tail
+  return len(shape) == len(want) and all(w is None or w == s for s, w in zip(shape, want))
+
+
+def pattern(want: Shape) -> str:
+  """The pattern as text: (..., 4), (T, 3) with None shown as a dimension of any size."""
+  parts = ["..." if w is Ellipsis else ("any" if w is None else str(w)) for w in want]
+  return "(" + ", ".join(parts) + ("," if len(parts) == 1 else "") + ")"
+
+
+def _int_range(low: int | None, high: int | None) -> str:
+  if low is not None and high is not None:
+    return f"an int in [{low}, {high}]"
+  if low is not None:
+    return f"an int >= {low}"
+  if high is not None:
+    return f"an int <= {high}"
+  return "an int"
+
+
+def _float_range(low: float | None, high: float | None, low_open: bool, high_open: bool,
+                 allow_inf: bool) -> str:
+  kind = "a number" if allow_inf else "a finite number"
+  if low is not None and high is not None:
+    return f"{kind} in {'(' if low_open else '['}{low}, {high}{')' if high_open else ']'}"
+  if low is not None:
+    return f"{kind} {'>' if low_open else '>='} {low}"
+  if high is not None:
+    return f"{kind} {'<' if high_open else '<='} {high}"
+  return kind
+
+
+def _array_kind(dtype: str) -> str:
+  return {"floating": "an array of numbers", "integer": "an array of integers"}.get(
+    dtype, "an array")
