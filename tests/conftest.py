@@ -1,8 +1,7 @@
 """Fixtures shared by the test files: model paths and small inline models."""
 
-from pathlib import Path
-
 import os
+from pathlib import Path
 
 import mujoco
 import pytest
