@@ -192,7 +192,9 @@ def matches(shape: tuple[int, ...], want: Shape) -> bool:
       return False
     shape = shape[len(shape) - len(tail):]
     want = tail
-  return len(shape) == len(want) and all(w is None or w == s for s, w in zip(shape, want, strict=True))
+  if len(shape) != len(want):
+    return False
+  return all(w is None or w == s for s, w in zip(shape, want, strict=True))
 
 
 def pattern(want: Shape) -> str:
