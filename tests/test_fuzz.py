@@ -8,17 +8,11 @@ goes on with the next case. Every case sees a fresh prelude: a small model, its 
 inputs for N = 3 simulations (see PRELUDE).
 """
 
-import json
-import os
-import signal
-import subprocess
-import sys
 import textwrap
-from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
+from tests.fuzzing import check_case, run_cases
 
 PRELUDE = r'''
 import dataclasses, gc, threading
@@ -637,73 +631,9 @@ CASES = [
 ]
 
 
-CHILD = r'''
-import json, sys, traceback
-cases = json.loads(sys.stdin.read())
-prelude = cases.pop(0)
-for name, code in cases:
-  print(json.dumps({"case": name, "start": True}), flush=True)
-  scope = {}
-  try:
-    exec(prelude, scope)
-    exec(code, scope)
-  except BaseException as e:
-    text = str(e) or traceback.format_exc()
-    result = {"case": name, "outcome": "raised", "type": type(e).__name__, "message": text[-2000:]}
-  else:
-    result = {"case": name, "outcome": "ok"}
-  print(json.dumps(result), flush=True)
-'''
-
-
-def _describe(returncode: int) -> str:
-  if returncode < 0:
-    try:
-      return f"killed by signal {signal.Signals(-returncode).name}"
-    except ValueError:
-      return f"killed by signal {-returncode}"
-  return f"the process exited with status {returncode}"
-
-
-def run_cases(cases: list[tuple[str, str]], timeout: float = 300) -> dict[str, dict]:
-  """Results by case name; a child that dies is replaced and the dead case says how it died."""
-  results: dict[str, dict] = {}
-  pending = list(cases)
-  env = dict(os.environ, PYTHONPATH=str(ROOT), JAX_PLATFORMS="cpu")
-  while pending:
-    payload = json.dumps([PRELUDE, *pending])
-    try:
-      proc = subprocess.run([sys.executable, "-c", CHILD], input=payload, capture_output=True,
-                            text=True, timeout=timeout, env=env, cwd=ROOT)
-      stdout, death = proc.stdout, (_describe(proc.returncode) if proc.returncode else None)
-    except subprocess.TimeoutExpired as e:
-      out = e.stdout or ""
-      stdout = out.decode() if isinstance(out, bytes) else out
-      death = f"hung for {timeout} s"
-    started = None
-    for line in stdout.splitlines():
-      if not line.startswith("{"):
-        continue
-      record = json.loads(line)
-      if record.get("start"):
-        started = record["case"]
-      else:
-        results[record["case"]] = record
-    if started is not None and started not in results:
-      results[started] = {"case": started, "outcome": "crashed", "message": death or "?"}
-    done = set(results)
-    rest = [c for c in pending if c[0] not in done]
-    if len(rest) == len(pending):  # nothing ran: report everything rather than loop forever
-      for name, _ in rest:
-        results[name] = {"case": name, "outcome": "crashed", "message": death or "no output"}
-      break
-    pending = rest
-  return results
-
-
 @pytest.fixture(scope="module")
 def results() -> dict[str, dict]:
-  return run_cases([(name, code) for name, code, _ in CASES])
+  return run_cases(PRELUDE, [(name, code) for name, code, _ in CASES])
 
 
 def test_names_are_unique():
@@ -714,23 +644,13 @@ def test_names_are_unique():
 @pytest.mark.parametrize("name,expect", [(name, expect) for name, _, expect in CASES],
                          ids=[name for name, _, _ in CASES])
 def test_case(results, name, expect):
-  got = results[name]
-  assert got["outcome"] != "crashed", f"{name}: {got['message']}"
-  if expect[0] == "ok":
-    assert got["outcome"] == "ok", f"{name} raised {got.get('type')}: {got.get('message')}"
-    return
-  _, kind, pattern = expect
-  assert got["outcome"] == "raised", f"{name} raised nothing"
-  assert got["type"] == kind, f"{name} raised {got['type']}: {got['message']}"
-  import re
-
-  assert re.search(pattern, got["message"]), f"{name}: {got['message']!r} !~ {pattern!r}"
+  check_case(results, name, expect)
 
 
 def test_a_crash_is_reported_with_its_signal():
   # The harness itself: a case that kills its process is a failure naming the signal, and the
   # cases after it still run.
-  out = run_cases([
+  out = run_cases(PRELUDE, [
     ("dies", "import os, signal; os.kill(os.getpid(), signal.SIGSEGV)"),
     ("after", "x = 1"),
   ])

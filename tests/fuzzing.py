@@ -1,0 +1,97 @@
+"""The harness of the hostile-input tables (tests/test_fuzz*.py): each case in a child process.
+
+A table is a list of (name, snippet, expectation), the expectation ("raises", exception type
+name, regex) or ("ok",). The snippets run in child processes, in order, one result line each;
+when a child dies (a signal, an exit) or hangs, the case it was running is marked with how it
+died and a new child goes on with the next case.
+"""
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+CHILD = r'''
+import json, sys, traceback
+cases = json.loads(sys.stdin.read())
+prelude = cases.pop(0)
+for name, code in cases:
+  print(json.dumps({"case": name, "start": True}), flush=True)
+  scope = {}
+  try:
+    exec(prelude, scope)
+    exec(code, scope)
+  except BaseException as e:
+    text = str(e) or traceback.format_exc()
+    result = {"case": name, "outcome": "raised", "type": type(e).__name__, "message": text[-2000:]}
+  else:
+    result = {"case": name, "outcome": "ok"}
+  print(json.dumps(result), flush=True)
+'''
+
+
+def _describe(returncode: int) -> str:
+  if returncode < 0:
+    try:
+      return f"killed by signal {signal.Signals(-returncode).name}"
+    except ValueError:
+      return f"killed by signal {-returncode}"
+  return f"the process exited with status {returncode}"
+
+
+def run_cases(prelude: str, cases: list[tuple[str, str]], timeout: float = 300
+              ) -> dict[str, dict]:
+  """Results by case name; a child that dies is replaced and the dead case says how it died.
+
+  Every case runs after a fresh exec of prelude, in a child process of this Python.
+  """
+  results: dict[str, dict] = {}
+  pending = list(cases)
+  env = dict(os.environ, PYTHONPATH=str(ROOT), JAX_PLATFORMS="cpu")
+  while pending:
+    payload = json.dumps([prelude, *pending])
+    try:
+      proc = subprocess.run([sys.executable, "-c", CHILD], input=payload, capture_output=True,
+                            text=True, timeout=timeout, env=env, cwd=ROOT)
+      stdout, death = proc.stdout, (_describe(proc.returncode) if proc.returncode else None)
+    except subprocess.TimeoutExpired as e:
+      out = e.stdout or ""
+      stdout = out.decode() if isinstance(out, bytes) else out
+      death = f"hung for {timeout} s"
+    started = None
+    for line in stdout.splitlines():
+      if not line.startswith("{"):
+        continue
+      record = json.loads(line)
+      if record.get("start"):
+        started = record["case"]
+      else:
+        results[record["case"]] = record
+    if started is not None and started not in results:
+      results[started] = {"case": started, "outcome": "crashed", "message": death or "?"}
+    done = set(results)
+    rest = [c for c in pending if c[0] not in done]
+    if len(rest) == len(pending):  # nothing ran: report everything rather than loop forever
+      for name, _ in rest:
+        results[name] = {"case": name, "outcome": "crashed", "message": death or "no output"}
+      break
+    pending = rest
+  return results
+
+
+def check_case(results: dict[str, dict], name: str, expect: tuple) -> None:
+  """AssertionError unless case name did what expect says."""
+  got = results[name]
+  assert got["outcome"] != "crashed", f"{name}: {got['message']}"
+  if expect[0] == "ok":
+    assert got["outcome"] == "ok", f"{name} raised {got.get('type')}: {got.get('message')}"
+    return
+  _, kind, pattern = expect
+  assert got["outcome"] == "raised", f"{name} raised nothing"
+  assert got["type"] == kind, f"{name} raised {got['type']}: {got['message']}"
+  assert re.search(pattern, got["message"]), f"{name}: {got['message']!r} !~ {pattern!r}"
