@@ -12,11 +12,10 @@ public API, checked at import.
 from __future__ import annotations
 
 import ctypes
-import difflib
 import os
 import threading
 import weakref
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -25,6 +24,7 @@ import numpy as np
 import numpy.typing as npt
 
 from mjbatch_jax.errors import SimulationError
+from mjbatch_jax.names import DOF_WIDTH, QPOS_WIDTH, did_you_mean
 
 try:
   import mujoco.batch as _mjb
@@ -51,8 +51,6 @@ _BEFORE_HISTORY = int(
 )
 # enable bits whose bookkeeping lies outside the state rows
 _NONPURE_BITS = int(_mj.mjtEnableBit.mjENBL_SLEEP) | int(_mj.mjtEnableBit.mjENBL_IPC)
-_QPOS_WIDTH = {0: 7, 1: 4, 2: 1, 3: 1}  # by mjtJoint: free, ball, slide, hinge
-_DOF_WIDTH = {0: 6, 1: 3, 2: 1, 3: 1}
 _INT32_MAX = 2**31 - 1
 # Each thread of a batch is an OS thread with its own MjData, so a typo such as
 # num_threads=100000 would allocate gigabytes before anything ran; more than a few threads per
@@ -591,7 +589,7 @@ class Batch:
       if field not in _mjb.MODEL_FIELDS:
         if isinstance(getattr(self.model, name, None), np.ndarray):
           raise ValueError(f"{name} is asset data, shared by all simulations: not expandable")
-        raise ValueError(f"unknown model field {name}" + _did_you_mean(name, _mjb.MODEL_FIELDS))
+        raise ValueError(f"unknown model field {name}" + did_you_mean(name, _mjb.MODEL_FIELDS))
       if _is_integer(self.model, field) and field not in _INT_PARAMS | _TYPES_AT_USE.keys():
         raise ValueError(
           f"{name} is a structural field (an index, address, count, type or size), it cannot "
@@ -630,8 +628,8 @@ class Batch:
     j = self.model.joint(name)
     kind, qadr, dadr = int(j.type[0]), int(j.qposadr[0]), int(j.dofadr[0])
     return Joint(
-      self.bind("qpos", dtype)[:, qadr : qadr + _QPOS_WIDTH[kind]],
-      self.bind("qvel", dtype)[:, dadr : dadr + _DOF_WIDTH[kind]],
+      self.bind("qpos", dtype)[:, qadr : qadr + QPOS_WIDTH[kind]],
+      self.bind("qvel", dtype)[:, dadr : dadr + DOF_WIDTH[kind]],
     )
 
   def actuator(self, name: str, dtype: npt.DTypeLike | None = None) -> Actuator:
@@ -1245,12 +1243,6 @@ def _history_cursors(model: Any) -> tuple[np.ndarray, np.ndarray] | None:
   return np.array(cols), np.array(sizes)
 
 
-def _did_you_mean(name: str, names: Iterable[str]) -> str:
-  """' (did you mean ...?)' listing close matches of name among names, or ''."""
-  close = difflib.get_close_matches(name, sorted(names), n=3)
-  return f" (did you mean {', '.join(map(repr, close))}?)" if close else ""
-
-
 def _bind_error(name: str) -> ValueError:
   if name in _mjb.MODEL_FIELDS:
     return ValueError(f'{name} is an MjModel field; use expand("{name}")')
@@ -1258,4 +1250,4 @@ def _bind_error(name: str) -> ValueError:
     return ValueError(f'{name} is an MjOption field; use expand("{name}")')
   if isinstance(getattr(_mj.MjModel, name, None), property):
     return ValueError(f'{name} is an MjModel field; use expand("{name}")')
-  return ValueError(f"unknown field {name}" + _did_you_mean(name, _mjb.DATA_FIELDS))
+  return ValueError(f"unknown field {name}" + did_you_mean(name, _mjb.DATA_FIELDS))

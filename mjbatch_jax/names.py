@@ -42,9 +42,9 @@ _KINDS = (
 )
 _PLURAL = {kind: plural for kind, _, _, plural in _KINDS}
 
-# qpos and qvel widths of each mjtJoint: free, ball, slide, hinge.
-_QPOS_WIDTH = (7, 4, 1, 1)
-_DOF_WIDTH = (6, 3, 1, 1)
+# qpos and qvel widths of each mjtJoint: free, ball, slide, hinge (batch.py's accessors too).
+QPOS_WIDTH = (7, 4, 1, 1)
+DOF_WIDTH = (6, 3, 1, 1)
 
 # How many names an unknown-name message lists before "...".
 _LISTED = 8
@@ -233,7 +233,7 @@ class Names:
     """
     i = self.id("joint", name)
     kind, qadr, dadr = self.joint_types[i], self.joint_qposadr[i], self.joint_dofadr[i]
-    nq, nv = _QPOS_WIDTH[kind], _DOF_WIDTH[kind]
+    nq, nv = QPOS_WIDTH[kind], DOF_WIDTH[kind]
     return JointSlices(
       name=name,
       id=i,
@@ -417,7 +417,7 @@ class Names:
   def _table(self, kind: str) -> Mapping[str, int]:
     table = self._ids.get(kind) if isinstance(kind, str) else None
     if table is None:
-      hint = _did_you_mean(kind, self.kinds()) if isinstance(kind, str) else ""
+      hint = did_you_mean(kind, self.kinds()) if isinstance(kind, str) else ""
       raise ValueError(f"unknown kind {kind!r}{hint}; kinds: {', '.join(self.kinds())}")
     return table
 
@@ -433,7 +433,7 @@ class Names:
     listed = list(table)[:_LISTED]
     more = f", ... ({len(table)} in all)" if len(table) > _LISTED else ""
     return (
-      f"no {kind} named {name!r}{_did_you_mean(name, table)}; "
+      f"no {kind} named {name!r}{did_you_mean(name, table)}; "
       f"{plural}: {', '.join(map(repr, listed))}{more}"
     )
 
@@ -452,7 +452,7 @@ def _concat(slices: Iterable[slice]) -> np.ndarray:
   return np.concatenate(parts) if parts else np.zeros(0, dtype=np.intp)
 
 
-def _did_you_mean(name: str, names: Iterable[str]) -> str:
+def did_you_mean(name: str, names: Iterable[str]) -> str:
   """' (did you mean ...?)' listing close matches of name among names, or ''."""
   close = difflib.get_close_matches(name, sorted(names), n=3)
   return f" (did you mean {', '.join(map(repr, close))}?)" if close else ""

@@ -105,7 +105,6 @@ class ModelInfo:
 
   model: mujoco.MjModel  # the simulator's copy; never written
   layout: StateLayout
-  joints: tuple[tuple[int, int, int], ...]  # (type, qposadr, dofadr) per joint
   nv: int
   na: int
   integrator: int

@@ -96,10 +96,6 @@ class Simulator:
     info = ModelInfo(
       model=self._model,
       layout=self._layout,
-      joints=tuple(
-        (int(t), int(q), int(d))
-        for t, q, d in zip(model.jnt_type, model.jnt_qposadr, model.jnt_dofadr, strict=True)
-      ),
       nv=model.nv,
       na=model.na,
       integrator=int(model.opt.integrator),
