@@ -1,8 +1,10 @@
 """Named slices of a state row, so that `state[:, sim.layout.qpos]` reads positions."""
 
 import dataclasses
+import math
 
 import mujoco
+import numpy as np
 
 # mjtState components of a row, in mj_getState order (increasing bit), with MjData's names.
 _COMPONENTS = (
@@ -28,11 +30,14 @@ _COMPONENTS = (
 class StateLayout:
   """Where each MjData field lies in an mjSTATE_INTEGRATION row.
 
-  Each attribute is a slice into the row's last axis; `size` is the row's length.
+  Each attribute is a slice into the row's last axis; `size` is the row's length; `shapes`
+  holds the shape MjData gives each component (mocap_pos (nmocap, 3)), or its length where the
+  row stores it otherwise. Hashable and compared by value (a pytree's static part can hold it).
 
     layout = StateLayout.of(model)
     qpos = state[..., layout.qpos]              # (N, nq)
     state = state.at[..., layout.ctrl].set(u)   # jnp
+    start, stop, shape = layout.entry("mocap_pos")
   """
 
   size: int
@@ -51,6 +56,7 @@ class StateLayout:
   userdata: slice
   plugin_state: slice
   plastic: slice
+  shapes: tuple[tuple[int, ...], ...] = ()  # by component, in names() order
 
   @classmethod
   def of(cls, model: mujoco.MjModel) -> "StateLayout":
@@ -61,7 +67,33 @@ class StateLayout:
       slices[name] = slice(offset, offset + size)
       offset += size
     assert offset == mujoco.mj_stateSize(model, int(mujoco.mjtState.mjSTATE_INTEGRATION))
-    return cls(size=offset, **slices)
+    data = mujoco.MjData(model)
+    shapes = []
+    for name, _ in _COMPONENTS:
+      length = slices[name].stop - slices[name].start
+      shape = tuple(np.shape(getattr(data, name))) if hasattr(data, name) else (length,)
+      # A row stores some fields MjData keeps elsewhere or in another size; those read flat.
+      shapes.append(shape if math.prod(shape) == length else (length,))
+    return cls(size=offset, **slices, shapes=tuple(shapes))
 
   def names(self) -> tuple[str, ...]:
     return tuple(name for name, _ in _COMPONENTS)
+
+  def entry(self, name: str) -> tuple[int, int, tuple[int, ...]]:
+    """(start, stop, shape) of component name; KeyError for a name the row does not hold."""
+    names = self.names()
+    if name not in names:
+      raise KeyError(name)
+    part = getattr(self, name)
+    return part.start, part.stop, self.shapes[names.index(name)]
+
+  def _key(self) -> tuple:
+    return (self.size, self.shapes,
+            tuple((getattr(self, n).start, getattr(self, n).stop) for n in self.names()))
+
+  def __eq__(self, other: object) -> bool:
+    return isinstance(other, StateLayout) and self._key() == other._key()
+
+  def __hash__(self) -> int:
+    # Slices are unhashable before Python 3.12; the layout hashes by their bounds.
+    return hash(self._key())
