@@ -28,6 +28,8 @@ import jax  # noqa: E402
 import mujoco  # noqa: E402
 import numpy as np  # noqa: E402
 
+from mjbatch_jax import archive  # noqa: E402
+
 EXAMPLES = Path(__file__).resolve().parent
 RESULTS = EXAMPLES / "results"
 # MuJoCo Menagerie's robots, in the folder ../shared/models beside the checkout.
@@ -162,15 +164,8 @@ def _plain(value: Any) -> Any:
 def save_result(path: Path, kind: str, arrays: dict[str, Any], meta: dict[str, Any] | None = None,
                 version: str = "") -> Path:
   """Write arrays and JSON metadata to path (.npz) atomically: never a half-written file."""
-  path = Path(path)
-  path.parent.mkdir(parents=True, exist_ok=True)
   header = {"kind": kind, "version": version, "meta": _plain(meta or {})}
-  tmp = path.with_name(path.name + ".tmp.npz")
-  values: dict[str, Any] = {key: np.asarray(value) for key, value in arrays.items()}
-  values["__header__"] = np.array(json.dumps(header))
-  np.savez_compressed(tmp, **values)
-  tmp.replace(path)
-  return path
+  return archive.write(path, arrays, header, compress=True)
 
 
 def load_result(path: Path, kind: str, version: str | None = None,
@@ -187,12 +182,9 @@ def load_result(path: Path, kind: str, version: str | None = None,
   if not path.is_file():
     raise SystemExit(f"no result file {path}: run the example without --play first to make it")
   try:
-    with np.load(path, allow_pickle=False) as saved:
-      arrays = {key: saved[key] for key in saved.files}
-    header = json.loads(str(arrays.pop("__header__")))
-  except (OSError, ValueError, KeyError) as e:
-    raise SystemExit(f"{path} is not a result saved by an example (.npz with a header): "
-                     f"{type(e).__name__}: {e}") from None
+    arrays, header = archive.read(path, what="a result saved by an example")
+  except ValueError as e:
+    raise SystemExit(str(e)) from None
   if header.get("kind") != kind:
     raise SystemExit(f"{path} is a {header.get('kind')!r} result, not a {kind!r} one")
   if version is not None and header.get("version") != version:

@@ -1,0 +1,108 @@
+"""mjbatch_jax.archive: the one reader and writer of arrays with a JSON header (.npz)."""
+
+import zipfile
+
+import numpy as np
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from mjbatch_jax import archive
+
+
+def test_round_trip_keeps_arrays_and_header(tmp_path):
+  arrays = {"a": np.arange(6.0).reshape(2, 3), "b": np.array([1, 2], np.int32)}
+  header = {"kind": "test", "n": np.int64(3), "nested": {"x": (1, 2)}}
+  for compress in (False, True):
+    path = archive.write(tmp_path / f"r{compress}.npz", arrays, header, compress=compress)
+    got, meta = archive.read(path)
+    assert set(got) == {"a", "b"}
+    np.testing.assert_array_equal(got["a"], arrays["a"])
+    assert got["b"].dtype == np.int32
+    assert meta == {"kind": "test", "n": 3, "nested": {"x": [1, 2]}}
+  assert not list(tmp_path.glob("*.tmp.npz"))  # the temporary file was renamed away
+
+
+def test_header_key_is_the_files_choice(tmp_path):
+  path = archive.write(tmp_path / "c.npz", {"x": np.zeros(2)}, {"format": 1}, header_key="__meta__")
+  assert archive.read(path, header_key="__meta__")[1] == {"format": 1}
+  with pytest.raises(ValueError, match="no '__header__' header"):
+    archive.read(path)
+
+
+def test_write_refuses_what_it_could_not_read_back(tmp_path):
+  with pytest.raises(ValueError, match="may not be named '__header__'"):
+    archive.write(tmp_path / "x.npz", {"__header__": np.zeros(1)}, {})
+  with pytest.raises(ValueError, match="hold Python objects"):
+    archive.write(tmp_path / "x.npz", {"o": np.array([{}, 1], dtype=object)}, {})
+  assert not (tmp_path / "x.npz").exists()
+
+
+@pytest.mark.parametrize("case", ["empty", "truncated", "garbage", "npy", "list", "text", "string",
+                                  "noheader", "header_array"])
+def test_every_bad_file_is_a_value_error_naming_it(tmp_path, case):
+  path = tmp_path / f"{case}.npz"
+  if case == "empty":
+    path.write_bytes(b"")
+  elif case == "truncated":
+    data = archive.write(tmp_path / "g.npz", {"x": np.arange(100.0)}, {"k": 1}).read_bytes()
+    path.write_bytes(data[: len(data) // 2])
+  elif case == "garbage":
+    path.write_bytes(bytes(range(256)) * 4)
+  elif case == "npy":
+    with path.open("wb") as f:
+      np.save(f, np.zeros(3))
+  elif case == "noheader":
+    np.savez(path, x=np.zeros(2))
+  elif case == "header_array":
+    np.savez(path, __header__=np.zeros(2))
+  else:
+    text = {"list": "[1, 2]", "text": "not json", "string": '"s"'}[case]
+    np.savez(path, x=np.zeros(2), __header__=np.array(text))
+  with pytest.raises(ValueError, match=str(path.name)):
+    archive.read(path, what="a test file")
+
+
+def test_a_missing_file_names_what_was_expected(tmp_path):
+  with pytest.raises(ValueError, match="a PPO checkpoint expected"):
+    archive.read(tmp_path / "none.npz", what="a PPO checkpoint")
+
+
+@given(st.binary(max_size=600))
+def test_random_bytes_are_refused_with_value_error_only(tmp_path_factory, data):
+  path = tmp_path_factory.mktemp("bytes") / "random.npz"
+  path.write_bytes(data)
+  with pytest.raises(ValueError):
+    archive.read(path)
+
+
+@given(st.binary(min_size=1, max_size=200), st.integers(0, 10_000))
+def test_a_corrupted_archive_is_refused_or_read_whole(tmp_path_factory, noise, at):
+  # Bytes overwritten anywhere in a valid archive: a ValueError, or (where zip's checksums do not
+  # cover the bytes) the arrays and header as written. Never another exception type.
+  folder = tmp_path_factory.mktemp("corrupt")
+  path = archive.write(folder / "c.npz", {"x": np.arange(50.0)}, {"k": 1})
+  data = bytearray(path.read_bytes())
+  at = at % len(data)
+  data[at : at + len(noise)] = noise
+  path.write_bytes(bytes(data))
+  try:
+    arrays, header = archive.read(path)
+  except ValueError:
+    return
+  except zipfile.BadZipFile as e:  # pragma: no cover - the failure this test exists to catch
+    raise AssertionError(f"BadZipFile leaked: {e}") from e
+  assert isinstance(header, dict)
+  assert all(isinstance(v, np.ndarray) for v in arrays.values())
+
+
+def test_check_writable(tmp_path):
+  target = archive.check_writable(tmp_path / "deep" / "er" / "ck.npz")
+  assert target.parent.is_dir() and not target.exists()
+  assert not list(target.parent.iterdir())  # the probe is gone
+  with pytest.raises(ValueError, match="is a folder"):
+    archive.check_writable(tmp_path)
+  blocker = tmp_path / "file"
+  blocker.write_text("x")
+  with pytest.raises(ValueError, match="cannot be written"):
+    archive.check_writable(blocker / "ck.npz", what="checkpoint")
