@@ -1,4 +1,4 @@
-"""What the benchmark scripts share: model lookup and variants, arguments, machine facts, output.
+"""What the benchmark scripts share: models and variants, arguments, clocks, machine facts, output.
 
 Scripts import it as `from _common import ...` after putting this folder on sys.path, since
 benchmarks/ is not a package (each script runs as `python benchmarks/<script>.py`). _peer.py
@@ -11,11 +11,13 @@ import importlib.util
 import json
 import os
 import platform
+import statistics
 import subprocess
 import sys
-from collections.abc import Sequence
+import time
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple, TypeVar
 
 HERE = Path(__file__).resolve().parent
 PROJECT = HERE.parent
@@ -31,6 +33,8 @@ HUMANOID = ("mujoco_warp", "test_data/humanoid/humanoid.xml")
 MJX_COMPATIBLE = "mjx-compatible"
 # A contype/conaffinity bit no shipped model uses: it lets a mesh collide with the world only.
 _WORLD_ONLY_BIT = 1 << 30
+
+Case = TypeVar("Case")
 
 
 def package_file(package: str, relative: str, pythons: Sequence[str] = ()) -> Path | None:
@@ -117,6 +121,94 @@ def int_list(text: str) -> list[int]:
   return values
 
 
+class Timing(NamedTuple):
+  """Wall and CPU seconds of a timed block; CPU seconds are this process's, all its threads."""
+
+  wall_s: float
+  cpu_s: float
+
+
+def ready(value: Any) -> Any:
+  """value once the JAX arrays in it are computed: a jitted call returns before its work ends.
+
+  jax is looked up, not imported: a JAX array exists only once jax is imported, and the peers'
+  interpreters (see _peer.py) may not have it at all.
+  """
+  jax = sys.modules.get("jax")
+  return value if jax is None else jax.block_until_ready(value)
+
+
+class Stopwatch:
+  """Wall (perf_counter) and CPU (process_time) seconds since it was made."""
+
+  def __init__(self) -> None:
+    self._wall, self._cpu = time.perf_counter(), time.process_time()
+
+  @property
+  def wall_s(self) -> float:
+    return time.perf_counter() - self._wall
+
+  @property
+  def cpu_s(self) -> float:
+    return time.process_time() - self._cpu
+
+  def lap(self) -> Timing:
+    wall, cpu = time.perf_counter(), time.process_time()
+    return Timing(wall - self._wall, cpu - self._cpu)
+
+
+def run_timed(fn: Callable[..., Any], *args: Any, calls: int = 1) -> tuple[Timing, Any]:
+  """The time of `calls` calls of fn(*args), each waited for (see ready), and the last result."""
+  clock = Stopwatch()
+  value = None
+  for _ in range(calls):
+    value = ready(fn(*args))
+  return clock.lap(), value
+
+
+def timed(fn: Callable[..., Any], *args: Any, calls: int = 1) -> Timing:
+  """The time of `calls` calls of fn(*args), each waited for (see ready)."""
+  return run_timed(fn, *args, calls=calls)[0]
+
+
+def interleaved(cases: Mapping[Case, Callable[[], Any]], repeats: int, calls: int = 1,
+                warmup: bool = True, progress: bool = False) -> dict[Case, list[Timing]]:
+  """Each case's timings over `repeats` rounds, one block of `calls` calls of every case a round.
+
+  Side by side (A B C A B C ...), so that a change in the machine's load falls on every case
+  alike. With warmup each case is called once first (compiled and warm); with progress each
+  round is reported on stderr.
+  """
+  if warmup:
+    for run in cases.values():
+      ready(run())
+  timings: dict[Case, list[Timing]] = {name: [] for name in cases}
+  for r in range(repeats):
+    for name, run in cases.items():
+      timings[name].append(timed(run, calls=calls))
+    if progress:
+      print(f"repeat {r + 1}/{repeats}", file=sys.stderr, flush=True)
+  return timings
+
+
+def wall_times(timings: Sequence[Timing]) -> list[float]:
+  return [t.wall_s for t in timings]
+
+
+def cpu_times(timings: Sequence[Timing]) -> list[float]:
+  return [t.cpu_s for t in timings]
+
+
+def median(timings: Sequence[Timing]) -> Timing:
+  """The median wall and the median CPU seconds (each of its own, maybe of different blocks)."""
+  return Timing(statistics.median(wall_times(timings)), statistics.median(cpu_times(timings)))
+
+
+def least(timings: Sequence[Timing]) -> Timing:
+  """The least wall and the least CPU seconds (each of its own, maybe of different blocks)."""
+  return Timing(min(wall_times(timings)), min(cpu_times(timings)))
+
+
 def machine_info(argv: Sequence[str]) -> dict[str, Any]:
   """What a result was measured on and with, for its JSON."""
   import jax
@@ -175,6 +267,17 @@ def pyplot() -> Any | None:
   import matplotlib.pyplot as plt
 
   return plt
+
+
+def save_figure(fig: Any, path: Path, dpi: int = 110) -> Path:
+  """Lay out fig, write it to path, close it (pyplot keeps every open figure) and say where."""
+  import matplotlib.pyplot as plt
+
+  fig.tight_layout()
+  fig.savefig(path, dpi=dpi)
+  plt.close(fig)
+  print(f"wrote {path}")
+  return path
 
 
 def make_mjx_compatible(spec: Any) -> dict[str, Any]:

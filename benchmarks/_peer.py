@@ -5,7 +5,8 @@ MuJoCo Warp brings Warp, so none can share a process with mjbatch_jax. scaling.p
 file with the peer's interpreter and talks to it over stdin/stdout, one JSON object a line, so
 that the peer's measurements interleave with the others' within each repeat instead of running
 as one block. Only mujoco and numpy are needed here, and _common.py beside it (standard library
-at import) for the model variant's conversion; nothing is imported from the mjbatch_jax package.
+at import) for the model variant's conversion and the clocks; nothing is imported from the
+mjbatch_jax package.
 
   echo '{"op": "hello"}' | /tmp/venvmjb/bin/python benchmarks/_peer.py MODEL.xml INPUTS.npz 2 \
       [mjx-compatible]
@@ -23,7 +24,6 @@ measurement); {"op": "serial", "warmup": W, "steps": S}. Replies: {"ok": true, .
 import json
 import os
 import sys
-import time
 import traceback
 from typing import Any
 
@@ -37,6 +37,7 @@ if __name__ == "__main__" and len(sys.argv) > 3:
 
 import mujoco  # noqa: E402
 import numpy as np  # noqa: E402
+from _common import Stopwatch, load_variant, timed  # noqa: E402
 
 
 class Worker:
@@ -44,8 +45,6 @@ class Worker:
 
   def __init__(self, xml: str, inputs: str, threads: int, variant: str | None = None):
     from pathlib import Path
-
-    from _common import load_variant
 
     self.model, self.variant_changes = load_variant(Path(xml), variant)
     arrays = np.load(inputs)
@@ -97,10 +96,12 @@ class Worker:
     self._reset_data(data, self.ctrl[0])
     for _ in range(warmup):
       mujoco.mj_step(self.model, data)
-    start = time.perf_counter()
-    for _ in range(steps):
-      mujoco.mj_step(self.model, data)
-    return {"seconds": time.perf_counter() - start, "substeps": steps}
+
+    def run() -> None:
+      for _ in range(steps):
+        mujoco.mj_step(self.model, data)
+
+    return {"seconds": timed(run).wall_s, "substeps": steps}
 
   def setup(self, row: str, num_sims: int, nstep: int, calls: int) -> dict[str, Any]:
     key = (row, num_sims, nstep, calls)
@@ -147,9 +148,9 @@ class Worker:
 
       return jax.lax.scan(substeps, d, None, length=calls)[0]
 
-    start = time.perf_counter()
+    clock = Stopwatch()
     compiled = jax.jit(run).lower(batched).compile()
-    compile_s = time.perf_counter() - start
+    compile_s = clock.wall_s
     self.built[key] = (compiled, batched)
     self.time("mjx", num_sims, nstep, calls)  # warm-up
     return {"compile_s": compile_s}
@@ -184,10 +185,10 @@ class Worker:
       batched.ctrl.assign(self.ctrl[:num_sims])
       fields = ("qpos", "qvel", "act", "qacc_warmstart", "time")
       initial = {f: wp.clone(getattr(batched, f)) for f in fields if hasattr(batched, f)}
-      start = time.perf_counter()
+      clock = Stopwatch()
       mjw.step(model, batched)  # compiles and loads every kernel module the step launches
       wp.synchronize_device(device)
-      compile_s = time.perf_counter() - start
+      compile_s = clock.wall_s
       # Warp's idiomatic loop replays a captured graph of the step; where the device cannot
       # capture, it launches the step's kernels one by one.
       graph, capture_error = None, None
@@ -214,28 +215,28 @@ class Worker:
       for field, value in initial.items():
         wp.copy(getattr(batched, field), value)
       wp.synchronize_device(device)
-      start = time.perf_counter()
-      for _ in range(calls * nstep):
-        if graph is not None:
-          wp.capture_launch(graph)
-        else:
-          mjw.step(model, batched)
-      wp.synchronize_device(device)
-      seconds = time.perf_counter() - start
+
+      def warp_steps() -> None:
+        for _ in range(calls * nstep):
+          if graph is not None:
+            wp.capture_launch(graph)
+          else:
+            mjw.step(model, batched)
+        wp.synchronize_device(device)
+
+      seconds = timed(warp_steps).wall_s
     elif row == "mjbatch":
       batch, state, initial = built
       state[:] = initial
-      start = time.perf_counter()
-      for _ in range(calls):
-        batch.step(nstep=nstep)
-      seconds = time.perf_counter() - start
-    else:
-      import jax
 
+      def batch_steps() -> None:
+        for _ in range(calls):
+          batch.step(nstep=nstep)
+
+      seconds = timed(batch_steps).wall_s
+    else:
       compiled, batched = built
-      start = time.perf_counter()
-      jax.block_until_ready(compiled(batched))
-      seconds = time.perf_counter() - start
+      seconds = timed(compiled, batched).wall_s
     return {"seconds": seconds, "substeps": num_sims * nstep * calls}
 
 

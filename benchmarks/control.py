@@ -26,7 +26,6 @@ wall seconds likewise. Writes benchmarks/results/control-<model>-<date>.json and
 
 import argparse
 import sys
-import time
 from pathlib import Path
 
 import jax
@@ -42,25 +41,25 @@ from mjbatch_jax import control  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "examples"))
-from _common import RESULTS, machine_info, model_label, pyplot, resolve_model, write_result  # noqa: E402, I001
+from _common import (  # noqa: E402, I001
+  RESULTS,
+  interleaved,
+  least,
+  machine_info,
+  model_label,
+  pyplot,
+  resolve_model,
+  save_figure,
+  write_result,
+)
 
 NSTEP = 10
 
 
 def measure(cases: dict, repeats: int) -> dict[str, dict[str, float]]:
   """Least CPU and wall seconds of each case (a no-argument function), interleaved."""
-  for run in cases.values():
-    run()  # compiled and warm
-  cpu = {name: float("inf") for name in cases}
-  wall = dict(cpu)
-  for r in range(repeats):
-    for name, run in cases.items():
-      begin, begin_cpu = time.perf_counter(), time.process_time()
-      run()
-      cpu[name] = min(cpu[name], time.process_time() - begin_cpu)
-      wall[name] = min(wall[name], time.perf_counter() - begin)
-    print(f"repeat {r + 1}/{repeats}", file=sys.stderr, flush=True)
-  return {name: {"cpu": cpu[name], "wall": wall[name]} for name in cases}
+  best = {name: least(t) for name, t in interleaved(cases, repeats, progress=True).items()}
+  return {name: {"cpu": t.cpu_s, "wall": t.wall_s} for name, t in best.items()}
 
 
 # -- iLQR ----------------------------------------------------------------------------------------
@@ -153,13 +152,13 @@ def ilqr_cases(model: mujoco.MjModel, knots: int, threads: int) -> tuple[dict, d
         mujoco.mj_step(model, data, NSTEP)
 
   cases = {
-    "iteration": lambda: jax.block_until_ready(iteration(start, ctrls)),
-    "nominal rollout": lambda: jax.block_until_ready(nominal(start, ctrls)),
-    "transition_fd": lambda: jax.block_until_ready(transition_fd(knot_states, ctrls)),
-    "forward": lambda: jax.block_until_ready(forward(forward_rows)),
-    "line-search steps": lambda: jax.block_until_ready(line_search_steps(line_first, line_ctrls)),
+    "iteration": lambda: iteration(start, ctrls),
+    "nominal rollout": lambda: nominal(start, ctrls),
+    "transition_fd": lambda: transition_fd(knot_states, ctrls),
+    "forward": lambda: forward(forward_rows),
+    "line-search steps": lambda: line_search_steps(line_first, line_ctrls),
     "python loop": python_iteration,
-    "iteration, substeps": lambda: jax.block_until_ready(iteration_substeps(start, ctrls)),
+    "iteration, substeps": lambda: iteration_substeps(start, ctrls),
   }
   info = {"knots": knots, "nstep": NSTEP, "nx": nx, "nu": nu, "line_search_rows": steps,
           "physics": ["nominal rollout", "transition_fd", "forward", "line-search steps"]}
@@ -220,8 +219,8 @@ def sampling_cases(samples: int, threads: int) -> tuple[dict, dict]:
     mujoco.mj_step(model, data, substeps)
 
   cases = {
-    "control step": lambda: jax.block_until_ready(step(start, plan, key)),
-    "rollout calls": lambda: jax.block_until_ready(physics(starts, candidates, start)),
+    "control step": lambda: step(start, plan, key),
+    "rollout calls": lambda: physics(starts, candidates, start),
     "python + mujoco.rollout": python_step,
   }
   info = {"samples": samples, "knots": knots, "nstep": substeps,
@@ -270,10 +269,7 @@ def main(argv: list[str] | None = None) -> dict:
       ax.invert_yaxis()
     fig.suptitle(f"mjbatch_jax.control on {args.threads} threads ({label}, {args.knots} knots; "
                  f"cart-pole, {args.samples} x 25 knots)")
-    fig.tight_layout()
-    fig.savefig(out.with_suffix(".png"), dpi=110)
-    plt.close(fig)
-    print(f"wrote {out.with_suffix('.png')}")
+    save_figure(fig, out.with_suffix(".png"))
   return result
 
 

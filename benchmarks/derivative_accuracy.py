@@ -35,7 +35,6 @@ import argparse
 import copy
 import dataclasses
 import sys
-import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -54,7 +53,15 @@ from mjbatch_jax._extension import ext  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from _common import RESULTS, machine_info, pyplot, resolve_model, write_result  # noqa: E402
+from _common import (  # noqa: E402
+  RESULTS,
+  machine_info,
+  pyplot,
+  resolve_model,
+  run_timed,
+  save_figure,
+  write_result,
+)
 
 from tests.models import CHEETAH_XML, GRIPPER_XML  # noqa: E402
 
@@ -250,10 +257,9 @@ def measure(name: str, args: argparse.Namespace) -> dict[str, Any]:
       smooth.append(bool(abs(one_sided) <= SMOOTH * abs(secant)))
       for variant, fn in jvps.items():
         before = ext.finite_difference_totals()
-        start = time.process_time()
-        value = float(jax.block_until_ready(fn(theta, ctrls, d_theta, d_ctrls)))
-        cpu[variant].append(time.process_time() - start)
-        errors[variant].append(abs(value - secant) / abs(secant))
+        timing, value = run_timed(fn, theta, ctrls, d_theta, d_ctrls)
+        cpu[variant].append(timing.cpu_s)
+        errors[variant].append(abs(float(value) - secant) / abs(secant))
         if variant == "default":
           after = ext.finite_difference_totals()
           switched += after["switched"] - before["switched"]
@@ -347,10 +353,7 @@ def plot(result: dict[str, Any], path: Path) -> None:
     ax.set(yscale="log", xlabel="Adam iteration", ylabel="worst relative parameter error",
            title="cheetah identification")
     ax.legend(fontsize=7)
-  fig.tight_layout()
-  fig.savefig(path, dpi=110)
-  plt.close(fig)
-  print(f"wrote {path}")
+  save_figure(fig, path)
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:

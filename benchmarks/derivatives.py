@@ -26,9 +26,7 @@ matplotlib is installed, a bar plot beside it.
 """
 
 import argparse
-import statistics
 import sys
-import time
 from pathlib import Path
 
 import jax
@@ -45,10 +43,15 @@ from mjbatch_jax import _rules  # noqa: E402
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import (  # noqa: E402
   RESULTS,
+  cpu_times,
+  interleaved,
   machine_info,
+  median,
   model_label,
   pyplot,
   resolve_model,
+  save_figure,
+  wall_times,
   write_result,
 )
 
@@ -109,36 +112,29 @@ def main(argv: list[str] | None = None) -> dict:
         jax.block_until_ready(fn(state, ctrl))
       finally:
         _rules.REGIME_CHECKED, _rules.WARMSTART_COLUMNS = True, True
-      return lambda: jax.block_until_ready(fn(state, ctrl))
+      return lambda: fn(state, ctrl)
 
     cases = {
-      "rows": lambda: jax.block_until_ready(rows(state, ctrl, params)),
-      "rows_forward": lambda: jax.block_until_ready(rows_forward(state, ctrl, params)),
-      "native": lambda: jax.block_until_ready(native(state, ctrl, params)),
-      "steps": lambda: jax.block_until_ready(steps(big_state, big_ctrl, big_params)),
+      "rows": lambda: rows(state, ctrl, params),
+      "rows_forward": lambda: rows_forward(state, ctrl, params),
+      "native": lambda: native(state, ctrl, params),
+      "steps": lambda: steps(big_state, big_ctrl, big_params),
       "python": python_loop,
     }
     if not args.no_rules:
       cases["jvp_default"] = jacobian(None, True, True)
       cases["jvp_forward"] = jacobian(False, True, True)
       cases["jvp_old"] = jacobian(False, False, False)
-    for run in cases.values():
-      run()  # compile and warm up
-    times: dict[str, list[float]] = {name: [] for name in cases}
-    cpu: dict[str, list[float]] = {name: [] for name in cases}
-    for r in range(args.repeats):
-      for name, run in cases.items():
-        start, start_cpu = time.perf_counter(), time.process_time()
-        run()
-        times[name].append(time.perf_counter() - start)
-        cpu[name].append(time.process_time() - start_cpu)
-      print(f"repeat {r + 1}/{args.repeats}", file=sys.stderr)
+    timings = interleaved(cases, args.repeats, progress=True)
     # The rows and native methods agree with each other (and with MuJoCo, see the tests).
     diff = float(jnp.max(jnp.abs(rows_forward(state, ctrl, params)[0]
                                  - native(state, ctrl, params)[0])))
 
-  median = {name: statistics.median(values) for name, values in times.items()}
-  cpu_median = {name: statistics.median(values) for name, values in cpu.items()}
+  times = {name: wall_times(t) for name, t in timings.items()}
+  cpu = {name: cpu_times(t) for name, t in timings.items()}
+  medians = {name: median(t) for name, t in timings.items()}
+  wall_median = {name: t.wall_s for name, t in medians.items()}
+  cpu_median = {name: t.cpu_s for name, t in medians.items()}
   ratios = {
     "rows_over_steps": cpu_median["rows_forward"] / cpu_median["steps"],
     "python_over_rows": cpu_median["python"] / cpu_median["rows_forward"],
@@ -151,13 +147,13 @@ def main(argv: list[str] | None = None) -> dict:
   label = model_label(args.model, path)
   result = {
     "model": label, "num_sims": n, "threads": args.threads, "nx": nx, "nu": nu,
-    "seconds_median": median, "seconds": times, "cpu_seconds_median": cpu_median,
+    "seconds_median": wall_median, "seconds": times, "cpu_seconds_median": cpu_median,
     "cpu_seconds": cpu, "ratios": ratios, "max_abs_A_rows_vs_native": diff,
     "machine": machine_info(sys.argv),
   }
   print(f"{label}: N={n}, T={args.threads}, nx={nx}, nu={nu}; median CPU (wall) per batch of N")
   for name, value in cpu_median.items():
-    print(f"  {name:13s} {value * 1e3:9.2f} ms  ({median[name] * 1e3:9.2f} ms wall)")
+    print(f"  {name:13s} {value * 1e3:9.2f} ms  ({wall_median[name] * 1e3:9.2f} ms wall)")
   print(f"  rows_forward / (1+nx+nu) steps = {ratios['rows_over_steps']:.3f} (target <= 1.1)")
   print(f"  python loop / rows_forward     = {ratios['python_over_rows']:.2f} (target >= 1.8)")
   print(f"  native / rows_forward          = {ratios['native_over_rows']:.2f} (< 1: native is "
@@ -176,10 +172,7 @@ def main(argv: list[str] | None = None) -> dict:
     ax.tick_params(axis="x", labelrotation=45)
     ax.set_ylabel(f"CPU ms per {n} Jacobians")
     ax.set_title(f"transition_fd, {label}, N={n}, {args.threads} threads")
-    fig.tight_layout()
-    fig.savefig(out.with_suffix(".png"), dpi=120)
-    plt.close(fig)
-    print(f"wrote {out.with_suffix('.png')}")
+    save_figure(fig, out.with_suffix(".png"), dpi=120)
   return result
 
 

@@ -33,10 +33,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import (  # noqa: E402
   PROJECT,
   RESULTS,
+  Stopwatch,
   int_list,
   machine_info,
   model_label,
   resolve_model,
+  timed,
   write_result,
 )
 
@@ -57,11 +59,11 @@ def worker(args: argparse.Namespace) -> None:
   _, model = resolve_model(args.model)
   key = mujoco.mj_name2id(model, mujoco.mjtObj.mjOBJ_KEY, "home")
   keyframe = key if key >= 0 else (0 if model.nkey else None)
-  initialize_start = time.perf_counter()
+  clock = Stopwatch()
   distributed.initialize()
   count = jax.process_count()
   dist = distributed.setup(model, args.rows * count, num_threads=1, keyframe=keyframe)
-  setup_s = time.perf_counter() - initialize_start
+  setup_s = clock.wall_s
   axis, steps = dist.axis, args.steps
   ctrl = dist.from_rows(lambda rows: np.broadcast_to(
     model.key_ctrl[keyframe] if keyframe is not None else np.zeros(model.nu),
@@ -78,23 +80,20 @@ def worker(args: argparse.Namespace) -> None:
   physics = dist.map(iteration, out_specs=(P(axis), P()))
   reduce_only = dist.map(allreduce, out_specs=P())
 
-  def timed(name: str, call) -> list[float]:
+  def slowest(name: str, call) -> list[float]:
     times = []
     for r in range(args.warmup + args.repeats):
       multihost_utils.sync_global_devices(f"{name} {r}")
-      begin = time.perf_counter()
-      jax.block_until_ready(call())
+      wall_s = timed(call).wall_s
       if r >= args.warmup:
-        times.append(time.perf_counter() - begin)
+        times.append(wall_s)
     # A call ends for all at its collective; the slowest process's clock is the call's time.
     every = np.asarray(multihost_utils.process_allgather(np.asarray(times)))
     return every.reshape(count, -1).max(axis=0).tolist()
 
-  compile_start = time.perf_counter()
-  jax.block_until_ready(physics(dist.state, ctrl, dist.params, gradient))
-  compile_s = time.perf_counter() - compile_start
-  run = timed("iteration", lambda: physics(dist.state, ctrl, dist.params, gradient))
-  reduce = timed("all-reduce", lambda: reduce_only(gradient))
+  compile_s = timed(physics, dist.state, ctrl, dist.params, gradient).wall_s
+  run = slowest("iteration", lambda: physics(dist.state, ctrl, dist.params, gradient))
+  reduce = slowest("all-reduce", lambda: reduce_only(gradient))
   if dist.process_index == 0:
     Path(args.worker).write_text(json.dumps({
       "processes": count,
@@ -142,7 +141,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                    "--rows", str(args.rows), "--steps", str(args.steps), "--repeats",
                    str(args.repeats), "--warmup", str(args.warmup), "--allreduce-floats",
                    str(args.allreduce_floats), "--worker", str(out)]
-        begin = time.perf_counter()
+        clock = Stopwatch()
         done = subprocess.run(command, cwd=PROJECT, capture_output=True, text=True,
                               env={**os.environ, "PYTHONPATH": str(PROJECT)})
         if done.returncode != 0 or not out.exists():
@@ -155,7 +154,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
           job[key].extend(run[key])
         for key in ("setup_s", "first_call_s"):
           job[key].append(run[key])
-        job["wall_s"].append(time.perf_counter() - begin)
+        job["wall_s"].append(clock.wall_s)
         print(f"round {round_ + 1}: {count} process(es) x {args.rows} rows x {args.steps} steps:"
               f" {statistics.median(run['iteration_s']) * 1e3:.1f} ms per iteration (median), "
               f"all-reduce of {run['allreduce_bytes'] / 1e6:.2f} MB alone "

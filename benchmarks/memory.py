@@ -34,6 +34,7 @@ from _common import (  # noqa: E402
   model_label,
   pyplot,
   resolve_model,
+  save_figure,
   write_result,
 )
 
@@ -217,11 +218,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     ax.set_title(f"{label}: peak RSS, threads={args.threads}")
     ax.grid(True, which="both", alpha=0.3)
     ax.legend()
-    fig.tight_layout()
-    png_path = json_path.with_suffix(".png")
-    fig.savefig(png_path, dpi=100)
-    plt.close(fig)
-    print(f"wrote {png_path}")
+    save_figure(fig, json_path.with_suffix(".png"), dpi=100)
   return result
 
 

@@ -14,7 +14,6 @@ Writes benchmarks/results/overhead-<date>.json.
 import argparse
 import statistics
 import sys
-import time
 from pathlib import Path
 
 import jax
@@ -30,7 +29,7 @@ import mjbatch_jax  # noqa: E402
 from mjbatch_jax._extension import ext  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import RESULTS, machine_info, write_result  # noqa: E402
+from _common import RESULTS, machine_info, timed, write_result  # noqa: E402
 
 TINY = '<mujoco><worldbody><body><joint/><geom size=".1" mass="1"/></body></worldbody></mujoco>'
 
@@ -56,15 +55,11 @@ def main(argv: list[str] | None = None) -> dict:
       for _ in range(calls):
         batch._b.step(None, 1, 0)
 
-    def timed(fn) -> float:
-      start = time.perf_counter()
-      fn()
-      return time.perf_counter() - start
-
+    # Wall seconds; the C loop times itself.
     cases = {
       "c_loop": lambda: ext.step_loop(model._address, rows, 1, calls),
-      "step_fori": lambda: timed(lambda: loop(state).block_until_ready()),
-      "mujoco.batch": lambda: timed(batch_calls),
+      "step_fori": lambda: timed(loop, state).wall_s,
+      "mujoco.batch": lambda: timed(batch_calls).wall_s,
     }
     times: dict[str, list[float]] = {name: [] for name in cases}
     for _ in range(args.repeats):

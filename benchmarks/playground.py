@@ -18,18 +18,29 @@ lax.scan, on mjbatch_jax (`envs.playground.wrap`) and on MJX (`load_mjx`, impl "
 """
 
 import argparse
+import functools
 import json
 import os
 import subprocess
 import sys
-import time
 import warnings
 from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _common import RESULTS, machine_info, pyplot, write_result  # noqa: E402
+from _common import (  # noqa: E402
+  RESULTS,
+  Stopwatch,
+  cpu_times,
+  interleaved,
+  machine_info,
+  median,
+  pyplot,
+  save_figure,
+  wall_times,
+  write_result,
+)
 
 LOCOMOTION = ("Go1JoystickFlatTerrain", "Go1JoystickRoughTerrain", "Go1Getup", "Go1Handstand",
               "G1JoystickFlatTerrain")
@@ -66,11 +77,11 @@ def _compiled(env: Any, keys: Any, actions: Any) -> tuple[Any, Any, float]:
   """(first state, compiled scan, seconds to trace and compile reset and the scan)."""
   import jax
 
-  start = time.perf_counter()
+  clock = Stopwatch()
   reset = jax.jit(jax.vmap(env.reset)).lower(keys).compile()
   state = reset(keys)
   scan = jax.jit(_scan(env)).lower(state, actions).compile()
-  return state, scan, time.perf_counter() - start
+  return state, scan, clock.wall_s
 
 
 def _mujoco_c(env: Any, rows: Any, ctrls: Any) -> Any:
@@ -124,16 +135,15 @@ def measure(name: str, num_envs: int, steps: int, repeats: int, parity_envs: int
   for side, env in sides.items():
     first[side], scans[side], compile_s = _compiled(env, keys, actions)
     results[side] = jax.block_until_ready(scans[side](first[side], actions))[1]
-    out[side] = {"compile_s": compile_s, "wall_s": [], "cpu_s": []}
-  for _ in range(repeats):  # interleaved, so that both sides see the same machine
-    for side in sides:
-      wall, cpu = time.perf_counter(), time.process_time()
-      jax.block_until_ready(scans[side](first[side], actions))
-      out[side]["wall_s"].append(time.perf_counter() - wall)
-      out[side]["cpu_s"].append(time.process_time() - cpu)
-  for side in sides:
-    out[side]["env_steps_per_s"] = num_envs * steps / float(np.median(out[side]["wall_s"]))
-    out[side]["env_steps_per_cpu_s"] = num_envs * steps / float(np.median(out[side]["cpu_s"]))
+    out[side] = {"compile_s": compile_s}
+  # Interleaved, so that both sides see the same machine; the runs above warmed them up.
+  timings = interleaved({side: functools.partial(scans[side], first[side], actions)
+                         for side in sides}, repeats, warmup=False)
+  for side, timing in timings.items():
+    typical = median(timing)
+    out[side].update(wall_s=wall_times(timing), cpu_s=cpu_times(timing),
+                     env_steps_per_s=num_envs * steps / typical.wall_s,
+                     env_steps_per_cpu_s=num_envs * steps / typical.cpu_s)
   if not x64 or not parity:
     return out
 
@@ -248,13 +258,13 @@ def main() -> None:
             "args": {k: v for k, v in vars(args).items() if k != "out"} | {"out": str(args.out)}}
   path = write_result(args.out, "playground", result)
   for name in names:
-    start = time.perf_counter()
+    clock = Stopwatch()
     row = {"env": name, "x64": run_child(args, name, True)}
     if name in float32:
       row["float32"] = run_child(args, name, False)
     rows.append(row)
     path.write_text(json.dumps(result, indent=2))  # each row as it comes: a long run keeps them
-    print(table_line(row), f"({time.perf_counter() - start:.0f} s)", flush=True)
+    print(table_line(row), f"({clock.wall_s:.0f} s)", flush=True)
   print(TABLE_HEADER)
   for row in rows:
     print(table_line(row))
@@ -334,9 +344,7 @@ def plot(rows: list[dict[str, Any]], path: Path) -> None:
   n = good[0]["x64"]["num_envs"] if good else 0
   ax.set_title(f"MuJoCo Playground envs, {n} envs each, this machine's CPUs")
   ax.legend()
-  fig.tight_layout()
-  fig.savefig(path, dpi=110)
-  print(f"wrote {path}")
+  save_figure(fig, path)
 
 
 if __name__ == "__main__":

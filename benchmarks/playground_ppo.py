@@ -27,13 +27,12 @@ import json
 import os
 import subprocess
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _common import RESULTS, machine_info, pyplot, write_result  # noqa: E402
+from _common import RESULTS, Stopwatch, machine_info, pyplot, save_figure, write_result  # noqa: E402
 
 PHYSICS = ("mjbatch_jax", "mjx")
 
@@ -71,7 +70,7 @@ def train_one(name: str, physics: str, budget: float, iterations_per_eval: int,
   locomotion_params = importlib.import_module("mujoco_playground.config.locomotion_params")
 
   envs.install_brax_compat()
-  start_wall, start_cpu = time.monotonic(), time.process_time()
+  clock = Stopwatch()
   if physics == "mjbatch_jax":
     load = functools.partial(playground.load, num_threads=0 if cpu is None else 1)
   else:
@@ -101,7 +100,7 @@ def train_one(name: str, physics: str, budget: float, iterations_per_eval: int,
   curve: list[dict[str, float]] = []
 
   def progress(step: int, metrics: dict[str, Any]) -> None:
-    wall, cpu = time.monotonic() - start_wall, time.process_time() - start_cpu
+    wall, cpu = clock.lap()
     reward = float(metrics["eval/episode_reward"])
     curve.append({"wall_s": wall, "cpu_s": cpu, "env_steps": int(step), "eval_reward": reward})
     print(f"{name} {physics}: {wall:7.1f} s  {int(step):>11,} steps  reward {reward:8.2f}",
@@ -207,9 +206,7 @@ def plot(runs: list[dict[str, Any]], path: Path) -> None:
     ax.set_xlabel("wall-clock seconds (compile included)")
     ax.set_ylabel("eval episode reward")
     ax.legend()
-  fig.tight_layout()
-  fig.savefig(path, dpi=110)
-  print(f"wrote {path}")
+  save_figure(fig, path)
 
 
 if __name__ == "__main__":

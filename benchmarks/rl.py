@@ -44,7 +44,6 @@ import shutil
 import subprocess
 import sys
 import tempfile
-import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -60,10 +59,18 @@ import numpy as np  # noqa: E402
 from _common import (  # noqa: E402
   RESULTS,
   SHARED_MODELS,
+  cpu_times,
+  interleaved,
+  least,
   machine_info,
+  median,
   model_label,
   pyplot,
   resolve_model,
+  run_timed,
+  save_figure,
+  timed,
+  wall_times,
   write_result,
 )
 
@@ -155,10 +162,9 @@ def build(model: mujoco.MjModel, n: int, unroll: int, substeps: int, threads: in
   # The first two calls also give its compile time (the first call minus the second).
   calls = []
   for i in range(max(settle, 2)):
-    start = time.perf_counter()
     key = jax.random.fold_in(jax.random.key(3), i)
-    out = jax.block_until_ready(env_rollout(state, policy, key))
-    calls.append(time.perf_counter() - start)
+    timing, out = run_timed(env_rollout, state, policy, key)
+    calls.append(timing.wall_s)
     if i < settle:
       state = out[0]
   sim = walk.sim
@@ -178,12 +184,6 @@ def build(model: mujoco.MjModel, n: int, unroll: int, substeps: int, threads: in
   return {"env": (env_rollout, (state, policy, jax.random.key(2))),
           "physics": (physics_rollout, (rows, ctrls)), "walk": walk,
           "env_compile_s": calls[0] - calls[1]}
-
-
-def timed(fn: Any, args: tuple) -> tuple[float, float]:
-  wall, cpu = time.perf_counter(), time.process_time()
-  jax.block_until_ready(fn(*args))
-  return time.perf_counter() - wall, time.process_time() - cpu
 
 
 def rss_mb() -> float:
@@ -309,13 +309,9 @@ class PhysicsProbe:
     self.state, ctrls = roll(params, start, jax.random.fold_in(key, 2))
     args = (start.data.row, ctrls, start.data.params)
     jax.block_until_ready(self._replay(*args))  # compiled (once) and warm
-    cpu, wall = [], []
-    for _ in range(2):
-      c, w = time.process_time(), time.perf_counter()
-      jax.block_until_ready(self._replay(*args))
-      cpu.append(time.process_time() - c)
-      wall.append(time.perf_counter() - w)
-    return {"physics_cpu_s": self.unrolls * min(cpu), "physics_wall_s": self.unrolls * min(wall)}
+    best = least([timed(self._replay, *args) for _ in range(2)])
+    return {"physics_cpu_s": self.unrolls * best.cpu_s,
+            "physics_wall_s": self.unrolls * best.wall_s}
 
 
 def go1_task(threads: int) -> tuple[envs.Env, dict[str, Any], Any, Callable[[dict], bool]]:
@@ -440,8 +436,7 @@ def time_to_walk(args: argparse.Namespace) -> None:
       ax.plot([p["wall_s"] / 60 for p in row["curve"]],
               [p["metrics"][key] for p in row["curve"]], "o-", ms=3)
       ax.set(xlabel="training time (min)", ylabel=key, title=name)
-    fig.tight_layout()
-    fig.savefig(out.with_suffix(".png"), dpi=120)
+    save_figure(fig, out.with_suffix(".png"), dpi=120)
 
 
 def main(argv: list[str]) -> None:
@@ -513,26 +508,24 @@ def main(argv: list[str]) -> None:
                             "substeps": args.substeps, "threads": args.threads}
   # The env's rollout was compiled while settling; the physics' now, the same way.
   compile_s = {"env": rows["env_compile_s"]}
-  first, _ = timed(*rows["physics"])
-  steady, _ = timed(*rows["physics"])
+  physics, physics_args = rows["physics"]
+  first = timed(physics, *physics_args).wall_s
+  steady = timed(physics, *physics_args).wall_s
   compile_s["physics"] = first - steady
-  times: dict[str, list[tuple[float, float]]] = {"physics": [], "env": []}
-  for _ in range(args.repeats):
-    for name in ("physics", "env"):
-      times[name].append(timed(*rows[name]))
+  cases = {name: functools.partial(rows[name][0], *rows[name][1]) for name in ("physics", "env")}
+  times = interleaved(cases, args.repeats, warmup=False)
   env_steps = args.num_envs * args.unroll
   summary = {}
   for name, samples in times.items():
-    wall = np.array([w for w, _ in samples])
-    cpu = np.array([c for _, c in samples])
+    typical = median(samples)
     summary[name] = {
-      "env_steps_per_s_wall": env_steps / float(np.median(wall)),
-      "env_steps_per_s_cpu": env_steps / float(np.median(cpu)),
-      "wall_s": wall.tolist(), "cpu_s": cpu.tolist(), "compile_s": compile_s[name],
+      "env_steps_per_s_wall": env_steps / typical.wall_s,
+      "env_steps_per_s_cpu": env_steps / typical.cpu_s,
+      "wall_s": wall_times(samples), "cpu_s": cpu_times(samples), "compile_s": compile_s[name],
     }
   ratio_wall = summary["env"]["env_steps_per_s_wall"] / summary["physics"]["env_steps_per_s_wall"]
   ratio_cpu = summary["env"]["env_steps_per_s_cpu"] / summary["physics"]["env_steps_per_s_cpu"]
-  per_repeat = [p[0] / e[0] for p, e in zip(times["physics"], times["env"], strict=True)]
+  per_repeat = [p.wall_s / e.wall_s for p, e in zip(times["physics"], times["env"], strict=True)]
   result.update(rows=summary, env_over_physics_wall=ratio_wall, env_over_physics_cpu=ratio_cpu,
                 env_over_physics_spread=[min(per_repeat), max(per_repeat)])
   print(f"{label}, N={args.num_envs}, unroll {args.unroll}, {args.substeps} substeps, "
@@ -563,8 +556,7 @@ def main(argv: list[str]) -> None:
     ax.bar(names, [summary[n]["env_steps_per_s_wall"] for n in names])
     ax.set_ylabel("env steps / s (wall)")
     ax.set_title(f"{label}: RL rollout vs physics, N={args.num_envs}")
-    fig.tight_layout()
-    fig.savefig(out.with_suffix(".png"), dpi=120)
+    save_figure(fig, out.with_suffix(".png"), dpi=120)
 
 
 if __name__ == "__main__":

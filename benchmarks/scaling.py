@@ -41,7 +41,6 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -52,12 +51,16 @@ from _common import (
   HERE,
   MJX_COMPATIBLE,
   RESULTS,
+  Stopwatch,
   int_list,
   load_variant,
   machine_info,
   model_label,
   pyplot,
   resolve_model,
+  run_timed,
+  save_figure,
+  timed,
   write_result,
 )
 
@@ -213,12 +216,12 @@ class Bar:
 
   def __init__(self, total: int, width: int = 30):
     self.total, self.done, self.width = max(total, 1), 0, width
-    self.start = time.perf_counter()
+    self.clock = Stopwatch()
 
   def tick(self, label: str) -> None:
     self.done += 1
     filled = self.width * self.done // self.total
-    elapsed = time.perf_counter() - self.start
+    elapsed = self.clock.wall_s
     sys.stderr.write(
       f"\r[{'#' * filled}{'.' * (self.width - filled)}] {self.done}/{self.total} "
       f"{elapsed:5.0f}s {label[:40]:<40}"
@@ -324,11 +327,8 @@ class Harness:
         self.calls[(n, t, k)] = self.args.calls
         continue
       states = np.ascontiguousarray(rows[:n])
-      per_call = []
-      for _ in range(3):
-        start = time.process_time()
-        ext.step_loop(self.model._address, states, t, k)
-        per_call.append((time.process_time() - start) / t)
+      per_call = [timed(ext.step_loop, self.model._address, states, t, k).cpu_s / t
+                  for _ in range(3)]
       calls = math.ceil(self.args.min_block / max(min(per_call), 1e-6))
       self.calls[(n, t, k)] = max(1, min(calls, self.args.max_calls))
 
@@ -479,9 +479,9 @@ class Harness:
     for n, t, k in self.configs:
       sim, calls = setup["sims"][t], self.calls[(n, t, k)]
       fn, operands = build(sim, n, k, calls)
-      start = time.perf_counter()
+      clock = Stopwatch()
       compiled = jax.jit(fn).lower(*operands).compile()
-      self.compile_s[(row, (n, t, k))] = time.perf_counter() - start
+      self.compile_s[(row, (n, t, k))] = clock.wall_s
 
       def run(compiled: Any = compiled, operands: tuple = operands, n: int = n, k: int = k,
               calls: int = calls) -> int:
@@ -666,9 +666,7 @@ class Harness:
           continue
         try:
           peer_cpu = timer.peer.cpu_seconds() if timer.peer else 0.0
-          cpu, wall = time.process_time(), time.perf_counter()
-          substeps = timer.run()
-          wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
+          (wall, cpu), substeps = run_timed(timer.run)
           if timer.peer:
             cpu += timer.peer.cpu_seconds() - peer_cpu
           samples[(timer.row, timer.config)] = Sample(substeps, wall, cpu)
@@ -863,9 +861,7 @@ def plot(plt: Any, rows: dict[str, Any], args: argparse.Namespace, path: Path, t
   wide.set_title(f"{title}: every configuration")
   wide.grid(True, which="both", alpha=0.3)
   wide.legend(fontsize=8)
-  fig.tight_layout()
-  fig.savefig(path, dpi=100)
-  plt.close(fig)
+  save_figure(fig, path, dpi=100)
 
 
 def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
@@ -920,9 +916,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
   print(table)
   json_path = write_result(args.out, label, result)
   if not args.no_plot and (plt := pyplot()) is not None:
-    png_path = json_path.with_suffix(".png")
-    plot(plt, rows, args, png_path, label)
-    print(f"wrote {png_path}")
+    plot(plt, rows, args, json_path.with_suffix(".png"), label)
   return result
 
 

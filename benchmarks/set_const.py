@@ -7,8 +7,8 @@ without set_const, interleaved, CPU time, and reports the ratio per nstep.
 """
 
 import argparse
+import functools
 import sys
-import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -19,7 +19,9 @@ import numpy as np  # noqa: E402
 from _common import (  # noqa: E402
   RESULTS,
   int_list,
+  interleaved,
   machine_info,
+  median,
   model_label,
   resolve_model,
   write_result,
@@ -58,16 +60,9 @@ def main(argv: list[str]) -> None:
     for nstep in args.nstep:
       fns = {flag: jax.jit(lambda s, p, k=nstep: mjbatch_jax.step(s, ctrl, p, nstep=k))
              for flag in variants}
-      for flag, fn in fns.items():
-        fn(state, variants[flag]).block_until_ready()
-      times: dict[bool, list[float]] = {False: [], True: []}
-      for _ in range(args.repeats):
-        for flag, fn in fns.items():
-          start = time.process_time()
-          for _ in range(args.calls):
-            fn(state, variants[flag]).block_until_ready()
-          times[flag].append(time.process_time() - start)
-      plain, const = np.median(times[False]), np.median(times[True])
+      times = interleaved({flag: functools.partial(fn, state, variants[flag])
+                           for flag, fn in fns.items()}, args.repeats, calls=args.calls)
+      plain, const = (median(times[flag]).cpu_s for flag in (False, True))
       row = {"nstep": nstep, "cpu_s_plain": plain, "cpu_s_set_const": const,
              "ratio": const / plain,
              "set_const_us_per_sim": (const - plain) / (args.calls * n) * 1e6}

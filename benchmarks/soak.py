@@ -31,7 +31,6 @@ import math
 import os
 import re
 import sys
-import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -48,7 +47,7 @@ import mjbatch_jax  # noqa: E402
 from mjbatch_jax import _programs  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import RESULTS, machine_info, pyplot, write_result  # noqa: E402
+from _common import RESULTS, Stopwatch, machine_info, pyplot, save_figure, write_result  # noqa: E402
 
 CARTPOLE = """
 <mujoco model="cartpole">
@@ -131,7 +130,7 @@ def run_phase(
   marks = sorted({max(1, math.ceil(k * total / checkpoints)) for k in range(1, checkpoints + 1)})
   gc.collect()
   start = sample()
-  began = time.perf_counter()
+  clock = Stopwatch()
   points: list[dict[str, float]] = []
   done, stopped = 0, None
   for mark in marks:
@@ -139,7 +138,7 @@ def run_phase(
     done = mark
     # Garbage that only the cyclic collector frees is not a leak; collect it before sampling.
     gc.collect()
-    points.append({"done": done, "seconds": time.perf_counter() - began, **sample()})
+    points.append({"done": done, "seconds": clock.wall_s, **sample()})
     sys.stderr.write(f"\r{name}: {done}/{total} {points[-1]['rss_mb']:.0f} MB   ")
     sys.stderr.flush()
     if points[-1]["rss_mb"] > max_rss_mb:
@@ -275,13 +274,13 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     "simulation_errors": "step raising SimulationError (mj_stackAlloc in one simulation)",
     "argument_errors": "jitted step with a wrongly shaped ctrl, raising ValueError",
   }
-  began = time.perf_counter()
+  clock = Stopwatch()
   releases_before = _programs.clearings()
   results: dict[str, Any] = {}
   try:
     for name in phases:
       total, run = runs[name]
-      results[name] = {"meaning": meanings[name], "starts_at_s": time.perf_counter() - began,
+      results[name] = {"meaning": meanings[name], "starts_at_s": clock.wall_s,
                        **run_phase(name, total, run, args.checkpoints, args.max_rss_mb)}
       if name in caught:
         results[name]["caught"] = caught[name]
@@ -302,9 +301,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
   print(format_table(results))
   json_path = write_result(args.out, "soak", result)
   if not args.no_plot and (plt := pyplot()) is not None:
-    png_path = json_path.with_suffix(".png")
-    plot(plt, results, png_path)
-    print(f"wrote {png_path}")
+    plot(plt, results, json_path.with_suffix(".png"))
   return result
 
 
@@ -340,9 +337,7 @@ def plot(plt: Any, results: dict[str, Any], path: Path) -> None:
   axes[-1].set_xlabel("seconds since the soak began")
   axes[0].set_title("soak: one process, phases one after the other")
   axes[0].legend(fontsize=8)
-  fig.tight_layout()
-  fig.savefig(path, dpi=100)
-  plt.close(fig)
+  save_figure(fig, path, dpi=100)
 
 
 if __name__ == "__main__":

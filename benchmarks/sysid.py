@@ -15,7 +15,6 @@ import dataclasses
 import importlib
 import importlib.util
 import sys
-import time
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
@@ -24,7 +23,7 @@ sys.path.insert(0, str(HERE))
 sys.path.append(str(EXAMPLES))  # for the example's own `import common`
 
 import numpy as np  # noqa: E402
-from _common import RESULTS, machine_info, write_result  # noqa: E402
+from _common import RESULTS, machine_info, run_timed, write_result  # noqa: E402
 
 from mjbatch_jax import sysid  # noqa: E402
 
@@ -86,10 +85,10 @@ def main(argv: list[str]) -> None:
         float(np.median(later)))
   toolbox = importlib.import_module("mujoco.sysid")
   if not args.skip_mujoco_sysid and hasattr(toolbox, "ParameterDict"):
-    begin = time.process_time()
-    theta, done = example.fit_mujoco_sysid(arm, commands["seed", "fit"], *recorded["seed", "fit"],
-                                           theta0, args.window, args.iterations)
-    cpu = time.process_time() - begin
+    timing, (theta, done) = run_timed(example.fit_mujoco_sysid, arm, commands["seed", "fit"],
+                                      *recorded["seed", "fit"], theta0, args.window,
+                                      args.iterations)
+    cpu = timing.cpu_s
     # Its cost in the same terms: the chi-square / 2 with the starts at their records.
     cost = sysid.fit(variants["starts fixed, bounds"], data, theta.ravel(), 1).costs[0]
     row("mujoco.sysid (starts fixed, bounds)", theta, done, float(cost), cpu, cpu / done)

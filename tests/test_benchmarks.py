@@ -6,6 +6,7 @@ import math
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 from types import ModuleType
 
@@ -363,6 +364,30 @@ def test_mjx_compatible_conversion(common: ModuleType, tmp_path: Path) -> None:
   assert _contact_pairs(converted) == {("floor", "mesh_a"), ("floor", "mesh_b")}
   with pytest.raises(ValueError, match="unknown model variant"):
     common.load_variant(xml, "mjx")
+
+
+def test_interleaved_alternates_the_cases(common: ModuleType) -> None:
+  # The scripts' side-by-side timing: one warm-up call each, then a block of every case a round.
+  order: list[str] = []
+  cases = {"a": lambda: order.append("a"), "b": lambda: order.append("b")}
+  timings = common.interleaved(cases, repeats=3, calls=2)
+  assert order == ["a", "b"] + ["a", "a", "b", "b"] * 3
+  assert {name: len(t) for name, t in timings.items()} == {"a": 3, "b": 3}
+  order.clear()
+  common.interleaved(cases, repeats=1, warmup=False)
+  assert order == ["a", "b"]
+  spread = [common.Timing(3.0, 1.0), common.Timing(1.0, 2.0), common.Timing(2.0, 3.0)]
+  assert common.median(spread) == (2.0, 2.0) and common.least(spread) == (1.0, 1.0)
+
+
+def test_timed_reads_wall_and_cpu_clocks(common: ModuleType) -> None:
+  import jax.numpy as jnp
+
+  # Sleeping takes wall time and (almost) no CPU time: the two clocks are not confused.
+  sleep = common.timed(time.sleep, 0.05)
+  assert sleep.wall_s >= 0.05 and sleep.cpu_s < 0.04
+  timing, value = common.run_timed(jnp.add, 1, 2, calls=3)
+  assert int(value) == 3 and timing.wall_s > 0
 
 
 def test_package_file_asks_other_interpreters(
