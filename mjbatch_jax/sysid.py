@@ -23,6 +23,7 @@ trial costs: three all-reduces an iteration. docs/sysid.md has the method and a 
 `mujoco.sysid`.
 """
 
+import collections
 import dataclasses
 import math
 import time
@@ -35,7 +36,8 @@ import mujoco
 import numpy as np
 from jax.sharding import PartitionSpec
 
-from mjbatch_jax import _checks, rotations
+from mjbatch_jax import _validate as v
+from mjbatch_jax import rotations
 from mjbatch_jax.distributed import Distributed
 from mjbatch_jax.functions import rollout
 from mjbatch_jax.params import Params
@@ -68,6 +70,25 @@ _KIND_OF_PREFIX = {
   "pair": mujoco.mjtObj.mjOBJ_PAIR, "mat": mujoco.mjtObj.mjOBJ_MATERIAL,
 }
 
+_EVERY_ROW = " (None takes every row)"
+
+
+def _rows(what: str, given: Any, hint: str = "") -> list[str | int]:
+  """Names or ids as a non-empty list (numpy integers as ints); one name or id is a list of one."""
+  if isinstance(given, str | int | np.integer) and not isinstance(given, bool | np.bool_):
+    given = [given]
+  if not isinstance(given, Sequence | np.ndarray) or isinstance(given, str):
+    raise ValueError(f"{what} must be names or ids (a list of str or int), got {v.shown(given)}")
+  out: list[str | int] = []
+  for entry in list(given):
+    if isinstance(entry, bool | np.bool_) or not isinstance(entry, str | int | np.integer):
+      raise ValueError(f"{what} must be names or ids (str or int), got {v.shown(entry)} in "
+                       f"{v.shown(given)}")
+    out.append(entry if isinstance(entry, str) else int(entry))
+  if not out:
+    raise ValueError(f"{what} is empty: name at least one{hint}")
+  return out
+
 
 @dataclasses.dataclass(frozen=True)
 class Inertia:
@@ -96,6 +117,10 @@ class Inertia:
   bodies: Sequence[str | int]
   form: str = "principal"
 
+  def __post_init__(self) -> None:
+    _rows("Inertia bodies", self.bodies)
+    v.one_of("Inertia form", self.form, tuple(_NUMBERS))
+
 
 @dataclasses.dataclass(frozen=True)
 class Field:
@@ -113,6 +138,13 @@ class Field:
   name: str
   rows: Sequence[str | int] | None = None
   log: bool = False
+
+  def __post_init__(self) -> None:
+    if not isinstance(self.name, str):
+      raise ValueError(f"Field name must be a params field's name, got {v.shown(self.name)}")
+    if self.rows is not None:
+      _rows(f"Field {self.name!r} rows", self.rows, _EVERY_ROW)
+    v.flag("Field log", self.log)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -150,10 +182,11 @@ class Parameters:
   def __init__(self, sim: Simulator, maps: Sequence[Inertia | Field], set_const: bool = True):
     if not isinstance(sim, Simulator):
       raise ValueError(f"sim must be a mjbatch_jax.Simulator, got {type(sim).__name__}")
-    if isinstance(maps, Inertia | Field) or not isinstance(maps, Sequence) or not maps:
-      raise ValueError(f"maps must be a non-empty list of Inertia and Field, got {maps!r}")
-    if not isinstance(set_const, bool):
-      raise ValueError(f"set_const must be a bool, got {set_const!r}")
+    if isinstance(maps, Inertia | Field | str) or not isinstance(maps, Sequence) or not maps:
+      raise ValueError(f"maps must be a non-empty list of Inertia and Field, got {v.shown(maps)}")
+    set_const = v.flag("set_const", set_const)
+    if sim.closed:
+      raise ValueError("sim is closed: make the Parameters with an open Simulator")
     self.sim = sim
     self._maps = [_resolve(sim, m) for m in maps]
     rows: dict[str, list[int] | None] = {}
@@ -172,7 +205,7 @@ class Parameters:
     self.size = int(self.initial.size)
     ends = np.cumsum([0] + [len(m.names) for m in self._maps])
     self._parts = [slice(int(a), int(b)) for a, b in zip(ends[:-1], ends[1:], strict=True)]
-    self._programs: dict[Any, Callable] = {}  # the fits' compiled functions (see _Runner)
+    self._programs = _Programs(sim)  # the fits' compiled functions (see _Runner)
 
   @property
   def fields(self) -> tuple[str, ...]:
@@ -182,13 +215,13 @@ class Parameters:
   def values(self, theta: Any) -> dict[str, jax.Array]:
     """Each field's leaf of theta (..., size): (..., rows, ...), the rows no map writes at the
     model's values."""
-    theta = jnp.asarray(theta)
+    theta = v.array("theta", theta, finite=True)
     if theta.shape[-1:] != (self.size,):
       raise ValueError(f"theta must be (..., {self.size}) (numbers {', '.join(self.names[:3])}"
                        f", ...), got shape {theta.shape}")
     lead = theta.shape[:-1]
-    out = {name: jnp.broadcast_to(jnp.asarray(v, theta.dtype), (*lead, *v.shape))
-           for name, v in self._model_values.items()}
+    out = {name: jnp.broadcast_to(jnp.asarray(model, theta.dtype), (*lead, *model.shape))
+           for name, model in self._model_values.items()}
     for resolved, part in zip(self._maps, self._parts, strict=True):
       for name, value in resolved.values(theta[..., part]).items():
         taken = resolved.rows[name]
@@ -203,14 +236,18 @@ class Parameters:
         out[name] = out[name].at[(Ellipsis, at, *inner)].set(value)
     return out
 
-  def params(self, theta: Any, num: int | None = None) -> Params:
+  def params(self, theta: Any, num: int | np.integer | None = None) -> Params:
     """Params of theta (num, size), or of theta (size,) broadcast to num rows.
 
     Example:
       states, _ = mjbatch_jax.rollout(state, ctrls, parameters.params(fit.theta, len(state)))
     """
-    theta = jnp.asarray(theta)
+    theta = v.array("theta", theta, finite=True)
     if num is not None:
+      num = v.integer("num", num, low=0)
+      if theta.shape not in ((self.size,), (1, self.size), (num, self.size)):
+        raise ValueError(f"theta must be ({self.size},) or ({num}, {self.size}) with num={num}, "
+                         f"got shape {theta.shape}")
       theta = jnp.broadcast_to(theta, (num, self.size))
     if theta.ndim != 2:
       raise ValueError(f"theta must be (num, {self.size}), or ({self.size},) with num, got "
@@ -245,12 +282,8 @@ def _labels(model: mujoco.MjModel, field: str, ids: Sequence[int]) -> list[str]:
 
 
 def _resolve_inertia(sim: Simulator, given: Inertia) -> _Resolved:
-  form = given.form
-  if form not in _NUMBERS:
-    raise ValueError(f"Inertia form must be one of {tuple(_NUMBERS)}, got {form!r}")
-  bodies = [given.bodies] if isinstance(given.bodies, str | int) else list(given.bodies)
-  if not bodies:
-    raise ValueError("Inertia needs at least one body")
+  form = v.one_of("Inertia form", given.form, tuple(_NUMBERS))
+  bodies = _rows("Inertia bodies", given.bodies)
   ids = sim.params(1, ("body_mass",), select={"body_mass": bodies}).spec.selection(0)
   assert ids is not None
   model = sim.model
@@ -362,13 +395,11 @@ def _principal_frame_jvp(primals: tuple, tangents: tuple) -> tuple:
 
 
 def _resolve_field(sim: Simulator, given: Field) -> _Resolved:
-  name, rows = given.name, given.rows
+  name = given.name
   if not isinstance(name, str):
-    raise ValueError(f"Field name must be a params field's name, got {name!r}")
-  if not isinstance(given.log, bool):
-    raise ValueError(f"Field log must be a bool, got {given.log!r}")
-  if isinstance(rows, str | int):
-    rows = [rows]
+    raise ValueError(f"Field name must be a params field's name, got {v.shown(name)}")
+  log = v.flag("Field log", given.log)
+  rows = None if given.rows is None else _rows(f"Field {name!r} rows", given.rows, _EVERY_ROW)
   if rows is not None and name.startswith("dof_"):
     dofs: list[int] = []
     for row in rows:  # a joint's name stands for its dofs
@@ -377,8 +408,6 @@ def _resolve_field(sim: Simulator, given: Field) -> _Resolved:
       else:
         dofs.append(row)
     rows = dofs
-  if rows is not None and not rows:
-    raise ValueError(f"Field {name!r}: rows is empty (None takes every row)")
   base = sim.params(1, (name,), select=None if rows is None else {name: list(rows)})
   value = np.asarray(base[name][0], np.float64)
   whole = name.startswith("opt.") or value.ndim == 0
@@ -388,20 +417,20 @@ def _resolve_field(sim: Simulator, given: Field) -> _Resolved:
     ids = base.spec.selection(0) or tuple(range(value.shape[0]))
     heads = [f"{name}[{label}]" for label in _labels(sim.model, name, ids)]
   width = value.size // len(heads)
-  names = tuple(f"{'log ' if given.log else ''}{head}{'' if width == 1 else f'[{k}]'}"
+  names = tuple(f"{'log ' if log else ''}{head}{'' if width == 1 else f'[{k}]'}"
                 for head in heads for k in range(width))
   entries = value.reshape(-1)
-  if given.log and np.any(entries <= 0):
+  if log and np.any(entries <= 0):
     bad = [names[i] for i in np.flatnonzero(entries <= 0)][:4]
     raise ValueError(f"Field {name!r} with log=True needs positive model values, and {bad} are "
                      "not: set positive values in the model, or take log=False")
   shape = value.shape
 
   def of(theta: jax.Array) -> dict[str, jax.Array]:
-    out = jnp.exp(theta) if given.log else theta
+    out = jnp.exp(theta) if log else theta
     return {name: out.reshape(*theta.shape[:-1], *shape)}
 
-  initial = np.log(entries) if given.log else entries
+  initial = np.log(entries) if log else entries
   return _Resolved(names, {name: None if ids is None else tuple(ids)}, initial, of)
 
 
@@ -422,7 +451,7 @@ class Windows(NamedTuple):
   measured: Any
 
 
-def windows(states: Any, ctrls: Any, measured: Any, length: int) -> Windows:
+def windows(states: Any, ctrls: Any, measured: Any, length: int | np.integer) -> Windows:
   """A recording cut into shooting windows of `length` controls (the last T mod length left out).
 
   Args:
@@ -440,8 +469,7 @@ def windows(states: Any, ctrls: Any, measured: Any, length: int) -> Windows:
     raise ValueError(f"states must be (T, nstate) and ctrls (T, nu) with the same T, got shapes "
                      f"{states.shape} and {ctrls.shape}")
   samples = len(ctrls)
-  if not isinstance(length, int | np.integer) or isinstance(length, bool) or length < 1:
-    raise ValueError(f"length must be an int >= 1, got {length!r}")
+  length = v.integer("length", length, low=1)
   if length > samples:
     raise ValueError(f"windows of {length} controls are longer than the recording ({samples} "
                      "controls): take a shorter length")
@@ -466,7 +494,8 @@ class Problem:
   """What to fit: the unknowns, the residual, the priors and the bounds.
 
   The cost is half the sum of the squared residuals of every window, plus the priors' terms:
-  with residuals in units of their noise, a chi-square over 2.
+  with residuals in units of their noise, a chi-square over 2. Checked where it is made (its
+  settings and arrays, against parameters.size); numpy scalars stand for Python numbers.
 
   Attributes:
     parameters: the unknowns (`Parameters`).
@@ -506,6 +535,11 @@ class Problem:
   max_step: float = 2.0
   eps: float | None = None
   centered: bool | None = None
+
+  def __post_init__(self) -> None:
+    # Checked where it is made (and again by fit and report, for a changed parameters).
+    _options(self)
+    _priors(self)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -567,7 +601,7 @@ class Report:
   prior_width: np.ndarray
   unseen: np.ndarray
 
-  def unidentifiable(self, threshold: float = 0.2) -> list[dict[str, float]]:
+  def unidentifiable(self, threshold: float | np.floating = 0.2) -> list[dict[str, float]]:
     """The directions the data do not see, each as {name: weight} of its entries with
     |weight| >= threshold (a unit vector in scale units), largest first. Where several are
     unseen, any basis of them is: `unseen` says how much of each number they hold.
@@ -575,15 +609,19 @@ class Report:
     Example:
       for direction in report.unidentifiable(): print(direction)   # {'link1.log_mass': 0.98}
     """
+    threshold = v.number("threshold", threshold, low=0.0, high=1.0)
     out = []
     for vector in self.directions[self.rank:]:
       order = np.argsort(-np.abs(vector))
       out.append({self.names[i]: float(vector[i]) for i in order if abs(vector[i]) >= threshold})
     return out
 
-  def summary(self, threshold: float = 0.2, most: int | None = None) -> str:
+  def summary(self, threshold: float | np.floating = 0.2, most: int | np.integer | None = None
+              ) -> str:
     """A few lines: the rank, and the unidentifiable directions (at most `most`) by the numbers
     they move."""
+    threshold = v.number("threshold", threshold, low=0.0, high=1.0)
+    most = None if most is None else v.integer("most", most, low=0)
     size = len(self.names)
     lines = [f"identifiable: {self.rank} of {size} directions (square roots of the information "
              f"{self.singular[0]:.3g} .. {self.singular[max(self.rank - 1, 0)]:.3g} per scale)"]
@@ -600,11 +638,17 @@ class Report:
 
 
 def _finite(what: str, x: Any) -> np.ndarray:
-  """x as a float array with no NaN or inf; ValueError otherwise."""
+  """x as a float64 array of ints or floats with no NaN or inf; ValueError otherwise."""
+  if isinstance(x, str) or x is None:
+    raise ValueError(f"{what} must be an array of numbers, got {v.shown(x)}")
   try:
-    array = np.asarray(x, dtype=np.float64)
+    raw = np.asarray(x)
   except (TypeError, ValueError):
     raise ValueError(f"{what} must be an array of numbers, got {type(x).__name__}") from None
+  if raw.dtype.kind not in "iuf":
+    raise ValueError(f"{what} must be an array of numbers (ints or floats), got dtype "
+                     f"{raw.dtype} ({v.shown(x)})")
+  array = raw.astype(np.float64)
   if not np.all(np.isfinite(array)):
     bad = np.argwhere(~np.isfinite(array))[0]
     raise ValueError(f"{what} has NaN or inf (first at index {tuple(int(i) for i in bad)})")
@@ -613,7 +657,20 @@ def _finite(what: str, x: Any) -> np.ndarray:
 
 def _vector(what: str, x: Any, size: int, names: tuple[str, ...], allow_inf: bool = False,
             positive: bool = False) -> np.ndarray:
-  array = np.asarray(x, dtype=np.float64)
+  """x as a (size,) float64 array, a number standing for all; NaN refused, inf unless
+  allow_inf, values <= 0 if positive."""
+  if isinstance(x, str) or x is None:
+    raise ValueError(f"{what} must be {size} numbers (one per number of theta), got "
+                     f"{v.shown(x)}")
+  try:
+    raw = np.asarray(x)
+  except (TypeError, ValueError):
+    raise ValueError(f"{what} must be {size} numbers (one per number of theta), got "
+                     f"{v.shown(x)}") from None
+  if raw.dtype.kind not in "iuf":
+    raise ValueError(f"{what} must be numbers (ints or floats), got dtype {raw.dtype} "
+                     f"({v.shown(x)})")
+  array = raw.astype(np.float64)
   if array.ndim == 0:
     array = np.full(size, float(array))
   if array.shape != (size,):
@@ -652,76 +709,109 @@ class _Checked:
     return bool(np.any(np.isfinite(self.low)) or np.any(np.isfinite(self.high)))
 
 
-def _check(problem: Problem, theta0: Any, windows: Windows) -> _Checked:
-  if not isinstance(problem, Problem):
-    raise ValueError(f"problem must be a sysid.Problem, got {type(problem).__name__}")
-  parameters = problem.parameters
-  if not isinstance(parameters, Parameters):
+class _Options(NamedTuple):
+  """A Problem's settings, checked, as Python values (what is traced into its programs)."""
+
+  nstep: int
+  dampings: tuple[float, ...]
+  max_step: float
+  eps: float | None
+  centered: bool | None
+
+
+def _options(problem: "Problem") -> _Options:
+  """The problem's parameters, residual and settings checked; the settings as Python values."""
+  if not isinstance(problem.parameters, Parameters):
     raise ValueError(f"problem.parameters must be sysid.Parameters, got "
-                     f"{type(parameters).__name__}")
+                     f"{type(problem.parameters).__name__}")
   if not callable(problem.residual):
-    raise ValueError("problem.residual must be a function (states, sensordata, measured) -> array")
+    raise ValueError(f"problem.residual must be a function (states, sensordata, measured) -> "
+                     f"array, got {v.shown(problem.residual)}")
+  nstep = v.integer("problem.nstep", problem.nstep, low=1, high=2**31 - 1)
+  given = problem.dampings
+  if isinstance(given, str) or not isinstance(given, Sequence | np.ndarray) \
+      or (isinstance(given, np.ndarray) and given.ndim != 1) or len(given) < 1:
+    raise ValueError(f"problem.dampings must be one or more finite numbers >= 0 (a tuple), got "
+                     f"{v.shown(given)}")
+  dampings = tuple(v.number(f"problem.dampings[{i}]", d, low=0.0) for i, d in enumerate(given))
+  max_step = v.number("problem.max_step", problem.max_step, low=0.0, low_open=True)
+  eps = None if problem.eps is None else v.number("problem.eps", problem.eps, low=0.0,
+                                                  low_open=True)
+  centered = None if problem.centered is None else v.flag("problem.centered", problem.centered)
+  return _Options(nstep, dampings, max_step, eps, centered)
+
+
+def _priors(problem: "Problem") -> tuple[np.ndarray, np.ndarray | None, np.ndarray, np.ndarray,
+                                          np.ndarray, np.ndarray | None]:
+  """The problem's arrays checked: prior widths, prior mean (None: theta0), scale, bounds
+  (low, high) and start widths (None: starts fixed)."""
+  parameters = problem.parameters
   n, names = parameters.size, parameters.names
-  if isinstance(problem.nstep, bool) or not isinstance(problem.nstep, int) or problem.nstep < 1:
-    raise ValueError(f"problem.nstep must be an int >= 1, got {problem.nstep!r}")
-  if problem.eps is not None:
-    _checks.check_eps(problem.eps)
-  if problem.centered is not None and not isinstance(problem.centered, bool):
-    raise ValueError(f"problem.centered must be None or a bool, got {problem.centered!r}")
-  theta0 = _vector("theta0", parameters.initial if theta0 is None else theta0, n, names)
   widths = np.full(n, np.inf) if problem.prior_width is None else _vector(
     "prior_width", problem.prior_width, n, names, allow_inf=True, positive=True)
-  mean = theta0 if problem.prior_mean is None else _vector("prior_mean", problem.prior_mean, n,
-                                                           names)
+  mean = None if problem.prior_mean is None else _vector("prior_mean", problem.prior_mean, n,
+                                                         names)
   if problem.scale is None:
     scale = np.where(np.isfinite(widths), widths, 1.0)
   else:
     scale = _vector("scale", problem.scale, n, names, positive=True)
   low, high = np.full(n, -np.inf), np.full(n, np.inf)
-  if problem.bounds is not None:
-    if not isinstance(problem.bounds, tuple | list) or len(problem.bounds) != 2:
-      raise ValueError(f"bounds must be (low, high), got {problem.bounds!r}")
-    low = _vector("bounds low", problem.bounds[0], n, names, allow_inf=True)
-    high = _vector("bounds high", problem.bounds[1], n, names, allow_inf=True)
+  bounds = problem.bounds
+  if bounds is not None:
+    if isinstance(bounds, str) or not isinstance(bounds, Sequence | np.ndarray) \
+        or len(bounds) != 2:
+      raise ValueError(f"bounds must be (low, high), each ({n},) or a number, got "
+                       f"{v.shown(bounds)}")
+    low = _vector("bounds low", bounds[0], n, names, allow_inf=True)
+    high = _vector("bounds high", bounds[1], n, names, allow_inf=True)
     if np.any(low > high):
       i = int(np.flatnonzero(low > high)[0])
       raise ValueError(f"bounds: low > high for {names[i]} (number {i}): {low[i]} > {high[i]}")
-    outside = (theta0 < low) | (theta0 > high)
-    if np.any(outside):
-      i = int(np.flatnonzero(outside)[0])
-      raise ValueError(f"theta0[{i}] ({names[i]}) = {theta0[i]} is outside its bounds "
-                       f"[{low[i]}, {high[i]}]: start inside them")
-  step = problem.max_step
-  if not (isinstance(step, int | float) and math.isfinite(step) and step > 0):
-    raise ValueError(f"problem.max_step must be a finite number > 0, got {step!r}")
-  dampings = np.asarray(problem.dampings, dtype=np.float64)
-  if dampings.ndim != 1 or dampings.size < 1 or not np.all(np.isfinite(dampings) & (dampings >= 0)):
-    raise ValueError(f"problem.dampings must be one or more finite numbers >= 0, got "
-                     f"{problem.dampings!r}")
-  sim = parameters.sim
-  model = sim.model
+  model = parameters.sim.model
   nx = 2 * model.nv + model.na
   start_width = None
   if problem.start_width is not None:
     start_width = _vector("start_width", problem.start_width, nx,
                           tuple(f"start {i}" for i in range(nx)), positive=True)
+  return widths, mean, scale, low, high, start_width
+
+
+def _check(problem: Problem, theta0: Any, windows: Windows, what: str = "theta0") -> _Checked:
+  if not isinstance(problem, Problem):
+    raise ValueError(f"problem must be a sysid.Problem, got {type(problem).__name__}")
+  _options(problem)
+  parameters = problem.parameters
+  sim = parameters.sim
+  if sim.closed:
+    len(parameters._programs)  # releases them
+    raise ValueError("the Simulator of problem.parameters is closed")
+  n, names = parameters.size, parameters.names
+  theta0 = _vector(what, parameters.initial if theta0 is None else theta0, n, names)
+  widths, mean, scale, low, high, start_width = _priors(problem)
+  mean = theta0 if mean is None else mean
+  outside = (theta0 < low) | (theta0 > high)
+  if np.any(outside):
+    i = int(np.flatnonzero(outside)[0])
+    raise ValueError(f"{what}[{i}] ({names[i]}) = {theta0[i]} is outside its bounds "
+                     f"[{low[i]}, {high[i]}]: start inside them")
   if not isinstance(windows, Windows):
     raise ValueError(f"windows must be sysid.Windows (see sysid.windows), got "
                      f"{type(windows).__name__}")
+  _finite("windows.starts", windows.starts)
+  _finite("windows.ctrls", windows.ctrls)
+  leaves = jax.tree.leaves(windows.measured)
+  for i, leaf in enumerate(leaves):
+    _finite(f"windows.measured leaf {i}", leaf)
   starts, ctrls = np.shape(windows.starts), np.shape(windows.ctrls)
-  if len(starts) != 2 or starts[1] != sim.nstate:
-    raise ValueError(f"windows.starts must be (W, nstate={sim.nstate}), got shape {starts}")
+  if len(starts) != 2 or starts[1] != sim.nstate or starts[0] < 1:
+    raise ValueError(f"windows.starts must be (W >= 1, nstate={sim.nstate}), got shape {starts}")
   if len(ctrls) != 3 or ctrls[0] != starts[0] or ctrls[2] != sim.nu or ctrls[1] < 1:
     raise ValueError(f"windows.ctrls must be (W={starts[0]}, T >= 1, nu={sim.nu}), got shape "
                      f"{ctrls}")
-  for i, leaf in enumerate(jax.tree.leaves(windows.measured)):
+  for i, leaf in enumerate(leaves):
     if np.shape(leaf)[:2] != ctrls[:2]:
       raise ValueError(f"windows.measured leaf {i} must be (W={ctrls[0]}, T={ctrls[1]}, ...), "
                        f"got shape {np.shape(leaf)}")
-  _finite("windows.starts", windows.starts)
-  _finite("windows.ctrls", windows.ctrls)
-  for i, leaf in enumerate(jax.tree.leaves(windows.measured)):
-    _finite(f"windows.measured leaf {i}", leaf)
   # The residual of one window, traced only (no custom call runs): one floating-point array.
   dtype = jnp.result_type(float)
   one = (jax.ShapeDtypeStruct((ctrls[1], sim.nstate), dtype),
@@ -738,6 +828,17 @@ def _check(problem: Problem, theta0: Any, windows: Windows) -> _Checked:
                      f"window, got {out}")
   return _Checked(theta0, mean, np.where(np.isfinite(widths), (scale / widths) ** 2, 0.0), low,
                   high, scale, start_width, widths)
+
+
+def _offsets(starts: Any, count: int, nx: int) -> np.ndarray:
+  """The starts' offsets (count, nx) to begin with: zeros for None."""
+  if starts is None:
+    return np.zeros((count, nx))
+  offsets = _finite("starts", starts)
+  if offsets.shape != (count, nx):
+    raise ValueError(f"starts must be ({count}, {nx}) (this process's windows, 2 nv + na), got "
+                     f"shape {offsets.shape}")
+  return offsets
 
 
 # -- the solver ---------------------------------------------------------------------------------
@@ -766,6 +867,7 @@ class _Program:
 
   def __init__(self, problem: Problem, fit_starts: bool, bounded: bool, axis: str | None):
     self.problem, self.fit_starts, self.axis = problem, fit_starts, axis
+    self.options = _options(problem)
     self.passes = 8 if bounded else 0  # of the boxed solve
     parameters = problem.parameters
     model = parameters.sim.model
@@ -792,8 +894,8 @@ class _Program:
                 measured: Any) -> jax.Array:
     """(M, R): each row's residual, thetas (M, size), rows (M, nstate), ctrls (M, T, nu)."""
     states, sensordata = rollout(rows, ctrls, self.parameters.params(thetas),
-                                 nstep=self.problem.nstep, eps=self.problem.eps,
-                                 centered=self.problem.centered)
+                                 nstep=self.options.nstep, eps=self.options.eps,
+                                 centered=self.options.centered)
     r = jax.vmap(self.problem.residual)(states, sensordata, measured)
     return r.reshape(r.shape[0], -1)
 
@@ -819,16 +921,18 @@ class _Program:
     return r, jac * c["scale"], jac_start
 
   def information(self, c: dict, theta: jax.Array, offsets: jax.Array,
-                  data: Windows) -> jax.Array:
-    """J'J of theta after eliminating the starts (their priors included), summed."""
-    _, a, b = self.linearize(c, theta, offsets, data)
+                  data: Windows) -> tuple[jax.Array, jax.Array]:
+    """J'J of theta after eliminating the starts (their priors included), summed; and the
+    residuals' sum of squares and the starts' Jacobian's (to tell whether they are finite)."""
+    r, a, b = self.linearize(c, theta, offsets, data)
     info = jnp.einsum("wpi,wpj->ij", a, a)
+    squares = self.total(jnp.stack([jnp.sum(r**2), jnp.sum(b**2)]))
     if self.fit_starts:
       cross = jnp.einsum("wpi,wpj->wij", a, b)
       blocks = jnp.einsum("wpi,wpj->wij", b, b) + jnp.eye(self.nx)
       info = info - jnp.einsum("wij,wkj->ik", cross, jnp.linalg.solve(
         blocks, jnp.swapaxes(cross, 1, 2)).swapaxes(1, 2))
-    return self.total(info)
+    return self.total(info), squares
 
   def costs(self, c: dict, thetas: jax.Array, offsets: jax.Array, data: Windows) -> jax.Array:
     """(K,) the costs of K candidates: thetas (K, size), offsets (K, W, nx), all K x W
@@ -846,7 +950,8 @@ class _Program:
     return 0.5 * (self.total(data_part) + jnp.sum(c["precision"] * prior**2, axis=1))
 
   def step(self, c: dict, theta: jax.Array, offsets: jax.Array, data: Windows) -> tuple:
-    """One Levenberg-Marquardt iteration: (theta, offsets, cost before, cost after)."""
+    """One Levenberg-Marquardt iteration: (theta, offsets, cost before, cost after, whether
+    the normal equations are finite)."""
     scale, precision = c["scale"], c["precision"]
     n, nx = theta.size, self.nx
     r, a, b = self.linearize(c, theta, offsets, data)
@@ -891,19 +996,21 @@ class _Program:
         starts = jnp.zeros_like(offsets)
       # At most max_step scales a number and step: beyond it the linearisation means little.
       # (A box around 0 keeps the shortened step inside the bounds.)
-      factor = jnp.minimum(1.0, self.problem.max_step / jnp.max(jnp.abs(direction)))
+      factor = jnp.minimum(1.0, self.options.max_step / jnp.max(jnp.abs(direction)))
       return direction * factor * scale, starts * factor * (
         c["start_width"] if self.fit_starts else 1.0)
 
     # Every damping's step is tried as rows of one rollout call; the best is taken if it helps.
-    steps = jax.vmap(damped)(jnp.asarray(self.problem.dampings, theta.dtype))
+    steps = jax.vmap(damped)(jnp.asarray(self.options.dampings, theta.dtype))
     thetas = jnp.clip(theta + steps[0], c["low"], c["high"])
     tried = jnp.nan_to_num(self.costs(c, thetas, offsets + steps[1], data), nan=jnp.inf)
     best = jnp.argmin(tried)
     better = tried[best] < before
     theta = jnp.where(better, thetas[best], theta)
     offsets = jnp.where(better, offsets + steps[1][best], offsets)
-    return theta, offsets, before, jnp.where(better, tried[best], before)
+    # A non-finite Jacobian makes every step NaN, which no damping helps: said, not converged.
+    finite = jnp.all(jnp.isfinite(sums))
+    return theta, offsets, before, jnp.where(better, tried[best], before), finite
 
 
 def _local_windows(data: Windows, dist: Any) -> Windows:
@@ -917,27 +1024,64 @@ def _local_windows(data: Windows, dist: Any) -> Windows:
                    f"num_sims_global) or this process's {dist.num_local}, got {count}")
 
 
+# Compiled fit programs a Parameters keeps. A fit whose residual is a new function object (a
+# lambda made in a loop of fits) compiles its own, a few MB each: the least recently used beyond
+# this many are dropped, and JAX frees a program with its last reference.
+PROGRAMS_LIMIT = 8
+
+
+class _Programs:
+  """A Parameters' compiled programs by key: the PROGRAMS_LIMIT most recently used, all of them
+  released once the Simulator is closed (they call its engine, which is gone)."""
+
+  def __init__(self, sim: Simulator):
+    self._sim = sim
+    self._held: collections.OrderedDict[Any, Callable] = collections.OrderedDict()
+
+  def __len__(self) -> int:
+    self._release_if_closed()
+    return len(self._held)
+
+  def get(self, key: Any) -> Callable | None:
+    """The program of key, now the most recently used; None if not held (TypeError if key
+    cannot be hashed)."""
+    self._release_if_closed()
+    program = self._held.get(key)
+    if program is not None:
+      self._held.move_to_end(key)
+    return program
+
+  def put(self, key: Any, program: Callable) -> None:
+    self._held[key] = program
+    self._held.move_to_end(key)
+    while len(self._held) > max(PROGRAMS_LIMIT, 1):
+      self._held.popitem(last=False)
+    self._release_if_closed()
+
+  def _release_if_closed(self) -> None:
+    if self._sim.closed:
+      self._held.clear()
+
+
 class _Runner:
   """A _Program method jitted over the windows, on one process's devices or a dist's mesh.
 
-  The compiled functions live on the Parameters, keyed by what is traced into them (the
-  residual function, the options, whether starts are fitted or numbers bounded, the dist), so
-  fits that differ only in their guess, priors or bounds compile once.
+  The compiled functions live on the Parameters (see _Programs), keyed by what is traced into
+  them (the residual function, the options, whether starts are fitted or numbers bounded, the
+  dist), so fits that differ only in their guess, priors or bounds compile once.
   """
 
   def __init__(self, problem: Problem, checked: _Checked, data: Windows, dist: Any, method: str,
                out_specs: Any):
     self.dist = dist
     fit_starts = checked.start_width is not None
-    key = (method, problem.residual, problem.nstep, tuple(map(float, problem.dampings)),
-           float(problem.max_step), problem.eps, problem.centered, fit_starts, checked.bounded,
-           dist)
+    key = (method, problem.residual, _options(problem), fit_starts, checked.bounded, dist)
     try:
       cached = problem.parameters._programs.get(key)
     except TypeError:  # a residual that cannot be hashed: compiled for this fit alone
       key, cached = None, None
     program = _Program(problem, fit_starts, checked.bounded, None if dist is None else dist.axis)
-    self.consts = {k: jnp.asarray(v) for k, v in checked.arrays().items()}
+    self.consts = {k: jnp.asarray(x) for k, x in checked.arrays().items()}
     if dist is None:
       self.data = jax.tree.map(jnp.asarray, data)
       self.compiled = cached or jax.jit(getattr(program, method))
@@ -952,7 +1096,7 @@ class _Runner:
       self.compiled = cached or dist.map(getattr(program, method), out_specs=out_specs,
                                          in_specs=in_specs)
     if key is not None:
-      problem.parameters._programs[key] = self.compiled
+      problem.parameters._programs.put(key, self.compiled)
     self.count = self.data.starts.shape[0] if dist is None else dist.num_local
     model = problem.parameters.sim.model
     self.nx = 2 * model.nv + model.na
@@ -960,11 +1104,7 @@ class _Runner:
   def fn(self, theta: Any, offsets: Any) -> Any:
     return self.compiled(self.consts, theta, offsets, self.data)
 
-  def offsets(self, starts: Any) -> Any:
-    offsets = np.zeros((self.count, self.nx)) if starts is None else _finite("starts", starts)
-    if offsets.shape != (self.count, self.nx):
-      raise ValueError(f"starts must be ({self.count}, {self.nx}) (this process's windows, 2 nv "
-                       f"+ na), got shape {offsets.shape}")
+  def offsets(self, offsets: np.ndarray) -> Any:
     return jnp.asarray(offsets) if self.dist is None else self.dist.shard(offsets)
 
   def theta(self, theta: np.ndarray) -> Any:
@@ -974,8 +1114,14 @@ class _Runner:
     return np.asarray(x) if self.dist is None else self.dist.local(x)
 
 
-def fit(problem: Problem, data: Windows, theta0: Any = None, iterations: int = 30,
-        tolerance: float = 1.0, starts: Any = None, dist: Any = None) -> Fit:
+def _check_dist(dist: Any) -> None:
+  if dist is not None and not isinstance(dist, Distributed):
+    raise ValueError(f"dist must be a mjbatch_jax.distributed.Distributed (from "
+                     f"distributed.setup), got {type(dist).__name__}")
+
+
+def fit(problem: Problem, data: Windows, theta0: Any = None, iterations: int | np.integer = 30,
+        tolerance: float | np.floating = 1.0, starts: Any = None, dist: Any = None) -> Fit:
   """Levenberg-Marquardt from theta0 on the windows; the fit, its costs and its timings.
 
   Each iteration is one jitted function: the Jacobian (one custom call per knot, every column
@@ -997,26 +1143,31 @@ def fit(problem: Problem, data: Windows, theta0: Any = None, iterations: int = 3
   Returns:
     A Fit; its theta is the same in every process.
 
+  Raises:
+    ValueError: a bad argument, before anything is simulated; a residual that is not finite at
+      theta0, or a Jacobian that is not finite where the residual is (no step could be taken:
+      never reported as convergence).
+
   Example:
     result = sysid.fit(problem, data, theta0)
     params = problem.parameters.params(result.theta, 1)
   """
   checked = _check(problem, theta0, data)
-  if isinstance(iterations, bool) or not isinstance(iterations, int) or iterations < 1:
-    raise ValueError(f"iterations must be an int >= 1, got {iterations!r}")
-  if not (isinstance(tolerance, int | float) and math.isfinite(tolerance) and tolerance >= 0):
-    raise ValueError(f"tolerance must be a finite number >= 0, got {tolerance!r}")
-  if dist is not None and not isinstance(dist, Distributed):
-    raise ValueError(f"dist must be a mjbatch_jax.distributed.Distributed (from "
-                     f"distributed.setup), got {type(dist).__name__}")
+  iterations = v.integer("iterations", iterations, low=1)
+  tolerance = v.number("tolerance", tolerance, low=0.0)
+  _check_dist(dist)
+  model = problem.parameters.sim.model
+  offsets0 = _offsets(starts, len(data.starts) if dist is None else dist.num_local,
+                      2 * model.nv + model.na)
   shard = PartitionSpec() if dist is None else PartitionSpec(dist.axis)
-  runner = _Runner(problem, checked, data, dist, "step",
-                   (PartitionSpec(), shard, PartitionSpec(), PartitionSpec()))
-  theta, offsets = runner.theta(checked.theta0), runner.offsets(starts)
+  whole = PartitionSpec()
+  runner = _Runner(problem, checked, data, dist, "step", (whole, shard, whole, whole, whole))
+  theta, offsets = runner.theta(checked.theta0), runner.offsets(offsets0)
   costs, wall, cpu, converged = [], [], [], False
-  for _ in range(iterations):
+  for k in range(iterations):
     begin, begin_cpu = time.perf_counter(), time.process_time()
-    theta, offsets, before, after = runner.fn(theta, offsets)
+    at = theta
+    theta, offsets, before, after, finite = runner.fn(theta, offsets)
     before, after = float(runner.read(before)), float(runner.read(after))
     wall.append(time.perf_counter() - begin)
     cpu.append(time.process_time() - begin_cpu)
@@ -1025,6 +1176,11 @@ def fit(problem: Problem, data: Windows, theta0: Any = None, iterations: int = 3
         raise ValueError(f"the cost at theta0 is {before}: the residual is not finite there "
                          "(check the residual function and the measurements)")
       costs.append(before)
+    if not bool(runner.read(finite)):
+      where = "theta0" if k == 0 else f"theta {runner.read(at).tolist()} (iteration {k + 1})"
+      raise ValueError(f"the residual's Jacobian is not finite at {where}, where the residual "
+                       "is: no step can be taken (check the residual function's derivative, "
+                       "e.g. a sqrt or norm at 0)")
     costs.append(after)
     if before - after <= tolerance:
       converged = True
@@ -1034,7 +1190,7 @@ def fit(problem: Problem, data: Windows, theta0: Any = None, iterations: int = 3
 
 
 def report(problem: Problem, data: Windows, result: Any, starts: Any = None, dist: Any = None,
-           rtol: float = 1e-6) -> Report:
+           rtol: float | np.floating = 1e-6) -> Report:
   """The identifiability of the numbers at a fit (or at any theta): see Report.
 
   Args:
@@ -1043,16 +1199,38 @@ def report(problem: Problem, data: Windows, result: Any, starts: Any = None, dis
     rtol: singular values at most rtol times the largest count as unseen: finite differences
       leave about 1e-6 of the largest on directions that change nothing.
 
+  Raises:
+    ValueError: as fit does, for bad arguments and for a residual or Jacobian that is not
+      finite at theta (whose spreads would say nothing).
+
   Example:
     print(sysid.report(problem, data, result).summary())
   """
-  theta = result.theta if isinstance(result, Fit) else result
-  starts = result.starts if isinstance(result, Fit) else starts
-  checked = _check(problem, theta, data)
-  if not (isinstance(rtol, int | float) and 0 < rtol < 1):
-    raise ValueError(f"rtol must be a number in (0, 1), got {rtol!r}")
-  runner = _Runner(problem, checked, data, dist, "information", PartitionSpec())
-  info = runner.read(runner.fn(runner.theta(checked.theta0), runner.offsets(starts)))
+  if isinstance(result, Fit):
+    if starts is not None:
+      raise ValueError("starts: a Fit carries its own starts; give starts with a theta only")
+    theta, starts, what = result.theta, result.starts, "result.theta"
+  elif result is None:
+    raise ValueError("result must be a sysid.Fit or a theta (one value per number), got None")
+  else:
+    theta, what = result, "theta"
+  checked = _check(problem, theta, data, what)
+  rtol = v.number("rtol", rtol, low=0.0, high=1.0, low_open=True, high_open=True)
+  _check_dist(dist)
+  model = problem.parameters.sim.model
+  offsets = _offsets(starts, len(data.starts) if dist is None else dist.num_local,
+                     2 * model.nv + model.na)
+  runner = _Runner(problem, checked, data, dist, "information",
+                   (PartitionSpec(), PartitionSpec()))
+  info, squares = runner.fn(runner.theta(checked.theta0), runner.offsets(offsets))
+  info, squares = runner.read(info), runner.read(squares)
+  # As fit: what is not finite at theta is refused, never reported as certainty.
+  if not math.isfinite(float(squares[0])):
+    raise ValueError(f"the cost at {what} is {float(squares[0])}: the residual is not finite "
+                     "there (check the residual function and the measurements)")
+  if not (np.all(np.isfinite(info)) and math.isfinite(float(squares[1]))):
+    raise ValueError(f"the residual's Jacobian is not finite at {what}, where the residual is "
+                     "(check the residual function's derivative, e.g. a sqrt or norm at 0)")
   info = 0.5 * (info + info.T)
   values, vectors = np.linalg.eigh(info)
   order = np.argsort(values)[::-1]

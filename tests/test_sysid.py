@@ -112,6 +112,30 @@ def test_a_new_guess_prior_or_bound_compiles_nothing_new(sim):
   assert len(parameters._programs) == 1  # one jitted step served both fits
 
 
+def test_programs_of_fresh_residuals_are_bounded_and_released_on_close(monkeypatch):
+  # A loop of fits, each with a new residual function, compiles a program per fit: the
+  # Parameters keep the PROGRAMS_LIMIT most recently used, and none once the Simulator closes.
+  monkeypatch.setattr(sysid, "PROGRAMS_LIMIT", 2)
+  own = mjbatch_jax.Simulator(mujoco.MjModel.from_xml_string(PENDULUM2_XML), num_threads=1)
+  parameters = sysid.Parameters(own, [sysid.Field("dof_damping", ["j1"], log=True)])
+  data = recording(own, parameters, parameters.initial)
+  data = data._replace(starts=data.starts[:1], ctrls=data.ctrls[:1, :10],
+                       measured=data.measured[:1, :10])
+  residuals = [lambda s, y, q, k=k: (s[:, 1:3] - q) / (NOISE * (1 + k)) for k in range(3)]
+  held = []
+  for residual_k in [*residuals, residuals[-1]]:
+    sysid.fit(sysid.Problem(parameters, residual_k), data, parameters.initial + 0.1,
+              iterations=1)
+    held.append(len(parameters._programs))
+  assert held == [1, 2, 2, 2]
+  keys = [key[1] for key in parameters._programs._held]
+  assert keys == residuals[1:]  # the two most recently used, the last one served from the cache
+  own.close()
+  assert len(parameters._programs) == 0
+  with pytest.raises(ValueError, match="Simulator of problem.parameters is closed"):
+    sysid.fit(sysid.Problem(parameters, residuals[0]), data)
+
+
 def test_bounds_hold_and_bind_where_the_truth_lies_outside(sim):
   parameters = dynamics(sim)
   truth = parameters.initial
@@ -306,31 +330,37 @@ def test_bad_inputs_are_refused_before_any_custom_call(sim):
   data = sysid.windows(states, ctrls, q, 50)
   problem = problem_of(sim, parameters, start_width=START_WIDTH)
   n = parameters.size
+  # Problems are checked where they are made, and again by fit: each case makes its own.
   cases = [
-    (problem, data, np.zeros(5), "theta0 must have shape \\(6,\\)"),
-    (problem, data, np.r_[np.nan, np.zeros(5)], "theta0\\[0\\] \\(log dof_damping\\[j1\\]\\)"),
-    (problem_of(sim, parameters, bounds=(np.ones(n), np.zeros(n))), data, None,
+    (lambda: problem, data, np.zeros(5), "theta0 must have shape \\(6,\\)"),
+    (lambda: problem, data, np.r_[np.nan, np.zeros(5)],
+     "theta0\\[0\\] \\(log dof_damping\\[j1\\]\\)"),
+    (lambda: problem_of(sim, parameters, bounds=(np.ones(n), np.zeros(n))), data, None,
      "low > high for log dof_damping\\[j1\\]"),
-    (problem_of(sim, parameters, bounds=(np.zeros(n), np.ones(n))), data, np.full(n, 2.0),
-     "outside its bounds"),
-    (problem_of(sim, parameters, prior_width=np.zeros(n)), data, None, "must be a number > 0"),
-    (problem_of(sim, parameters, start_width=np.ones(3)), data, None,
+    (lambda: problem_of(sim, parameters, bounds=(np.zeros(n), np.ones(n))), data,
+     np.full(n, 2.0), "outside its bounds"),
+    (lambda: problem_of(sim, parameters, prior_width=np.zeros(n)), data, None,
+     "must be a number > 0"),
+    (lambda: problem_of(sim, parameters, start_width=np.ones(3)), data, None,
      "start_width must have shape \\(4,\\)"),
-    (problem, data._replace(ctrls=np.zeros((2, 50, 3))), None, "windows.ctrls must be"),
-    (problem, data._replace(starts=np.zeros((2, 5))), None, "windows.starts must be"),
-    (problem, data._replace(measured=np.zeros((2, 49, 2))), None, "measured leaf 0 must be"),
-    (problem, data._replace(ctrls=np.full((2, 50, 2), np.inf)), None, "ctrls has NaN or inf"),
-    (problem_of(sim, parameters, nstep=0), data, None, "nstep must be an int >= 1"),
-    (problem_of(sim, parameters, dampings=()), data, None, "dampings must be"),
-    (problem_of(sim, parameters, eps=-1.0), data, None, "eps must be a finite float > 0"),
-    (sysid.Problem(parameters, lambda s, y, m: s[:, :3] - m), data, None,
+    (lambda: problem, data._replace(ctrls=np.zeros((2, 50, 3))), None, "windows.ctrls must be"),
+    (lambda: problem, data._replace(starts=np.zeros((2, 5))), None, "windows.starts must be"),
+    (lambda: problem, data._replace(measured=np.zeros((2, 49, 2))), None,
+     "measured leaf 0 must be"),
+    (lambda: problem, data._replace(ctrls=np.full((2, 50, 2), np.inf)), None,
+     "ctrls has NaN or inf"),
+    (lambda: problem_of(sim, parameters, nstep=0), data, None,
+     "nstep must be an int in \\[1, "),
+    (lambda: problem_of(sim, parameters, dampings=()), data, None, "dampings must be"),
+    (lambda: problem_of(sim, parameters, eps=-1.0), data, None, "eps must be a finite number > 0"),
+    (lambda: sysid.Problem(parameters, lambda s, y, m: s[:, :3] - m), data, None,
      "problem.residual failed on one window's"),
-    (sysid.Problem(parameters, lambda s, y, m: (s, m)), data, None,
+    (lambda: sysid.Problem(parameters, lambda s, y, m: (s, m)), data, None,
      "must return one non-empty floating-point array"),
   ]
-  for case_problem, case_data, theta0, message in cases:
+  for make_problem, case_data, theta0, message in cases:
     with pytest.raises(ValueError, match=message):
-      sysid.fit(case_problem, case_data, theta0)
+      sysid.fit(make_problem(), case_data, theta0)
   with pytest.raises(ValueError, match="iterations must be an int >= 1"):
     sysid.fit(problem, data, iterations=0)
   with pytest.raises(ValueError, match="dist must be a mjbatch_jax.distributed.Distributed"):
