@@ -119,7 +119,7 @@ assert w.ctrls.shape == (3, 30, 1) and w.starts.shape == (3, states.shape[1])
   ("Problem numpy scalars", """
 p = sysid.Problem(parameters, residual, nstep=np.int64(2), max_step=np.float32(1.5),
                   dampings=np.array([0.0, 1e-4], np.float32), eps=np.float32(1e-6))
-assert sysid._options(p) == (2, (0.0, float(np.float32(1e-4))), 1.5, float(np.float32(1e-6)),
+assert sysid.problem._options(p) == (2, (0.0, float(np.float32(1e-4))), 1.5, float(np.float32(1e-6)),
                              None)
 """, OK),
   ("Problem nstep float", "sysid.Problem(parameters, residual, nstep=1.5)",
@@ -149,7 +149,7 @@ assert sysid._options(p) == (2, (0.0, float(np.float32(1e-4))), 1.5, float(np.fl
    refused(r"bounds must be \(low, high\)")),
   ("Problem bounds array", """
 p = sysid.Problem(parameters, residual, bounds=np.array([[-5.0], [5.0]]))
-assert sysid._priors(p)[3].tolist() == [-5.0]
+assert sysid.problem._priors(p)[3].tolist() == [-5.0]
 """, OK),
   ("Problem scale string", "sysid.Problem(parameters, residual, scale='big')",
    refused(r"scale must be 1 numbers \(one per number of theta\), got 'big'")),

@@ -61,7 +61,7 @@ def prepared():
     def stub(*args: Any, **kwargs: Any) -> None:
       raise Reached
 
-    patch.setattr(sysid, "_Runner", stub)
+    patch.setattr(sysid.solver, "_Runner", stub)
     sim = mjbatch_jax.Simulator(mujoco.MjModel.from_xml_string(PENDULUM_XML), num_threads=1)
     yield Prepared(sim)
     sim.close()
