@@ -17,6 +17,9 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jax.core import Tracer
+
+from mjbatch_jax import _validate
 
 # Secants at a point where the function has a kink or jump within a few steps measure that, not
 # the derivative: a direction counts as smooth when its forward and backward secants agree to
@@ -115,6 +118,10 @@ def check_grads(
     jit: compile fun, its derivative and its secants once for all directions; False for a
       function that jax.jit cannot trace.
 
+  Every argument is checked before fun is called (ValueError naming it): counts are ints (numpy
+  ints too), step and rtol finite and > 0, the flags bools, and the float inputs free of NaN and
+  inf.
+
   Returns:
     The GradCheck report.
 
@@ -122,22 +129,41 @@ def check_grads(
     report = mjbatch_jax.check_grads(lambda p: loss(p, ctrls), (params,))
     assert report.worst < 1e-2
   """
-  if not isinstance(directions, int) or isinstance(directions, bool) or directions < 1:
-    raise ValueError(f"directions must be an int >= 1, got {directions!r}")
-  if not (isinstance(rtol, (int, float)) and np.isfinite(rtol) and rtol > 0):
-    raise ValueError(f"rtol must be a finite number > 0, got {rtol!r}")
+  if not callable(fun):
+    raise ValueError(f"fun must be a function, got {_validate.shown(fun)}")
+  if not isinstance(args, (tuple, list)):
+    raise ValueError("args must be a tuple or list of fun's positional arguments, got "
+                     f"{_validate.shown(args)}: wrap a single argument as (x,)")
+  directions = _validate.integer("directions", directions, low=1)
+  rtol = _validate.number("rtol", rtol, low=0.0, low_open=True)
+  seed = _validate.integer("seed", seed, low=0)
+  reverse = _validate.flag("reverse", reverse)
+  raise_on_failure = _validate.flag("raise_on_failure", raise_on_failure)
+  jit = _validate.flag("jit", jit)
+  if step is not None:
+    step = _validate.number("step", step, low=0.0, low_open=True)
   args = tuple(args)
   leaves, names, treedef = _float_leaves(args)
-  is_float = [jnp.issubdtype(jnp.result_type(leaf), jnp.floating) for leaf in leaves]
+  is_float = []
+  for leaf, name in zip(leaves, names, strict=True):
+    if isinstance(leaf, Tracer):
+      raise ValueError(f"args{name} is traced: check_grads compares values, so call it outside "
+                       "jax.jit, vmap and grad")
+    try:
+      is_float.append(bool(jnp.issubdtype(jnp.result_type(leaf), jnp.floating)))
+    except TypeError:
+      raise ValueError(f"args{name} must be an array or a number, got "
+                       f"{_validate.shown(leaf)}") from None
   if not any(is_float):
     raise ValueError("check_grads: args hold no floating-point arrays to differentiate")
+  for leaf, name, floating in zip(leaves, names, is_float, strict=True):
+    if floating:  # a NaN input makes every secant NaN: say which input, not "fun is not finite"
+      _validate.array(f"args{name}", leaf, finite=True, dtype="any")
   x64 = bool(jax.config.read("jax_enable_x64"))
   dtypes = {jnp.result_type(leaf) for leaf, f in zip(leaves, is_float, strict=True) if f}
   wide = x64 or dtypes == {jnp.dtype(jnp.float64)}
   if step is None:
     step = 1e-7 if wide else 1e-3
-  if not (isinstance(step, (int, float)) and np.isfinite(step) and step > 0):
-    raise ValueError(f"step must be a finite number > 0, got {step!r}")
 
   def evaluate(values: list[Any]) -> jax.Array:
     return jnp.asarray(fun(*jax.tree_util.tree_unflatten(treedef, values)))

@@ -1,6 +1,7 @@
 """Domain randomisation and nested replacement: small pure functions over Params and pytrees."""
 
 import dataclasses
+import functools
 from collections.abc import Mapping
 from typing import Any
 
@@ -9,7 +10,9 @@ import jax.numpy as jnp
 import numpy as np
 from jax.core import Tracer
 
+from mjbatch_jax import _validate
 from mjbatch_jax.params import Params
+from mjbatch_jax.rotations import _checked
 
 
 def randomize(
@@ -31,7 +34,8 @@ def randomize(
     uniform: field -> (low, high): values uniform in [low, high).
     log_uniform: field -> (low, high), both > 0: values whose log is uniform.
     scale: field -> (low, high): the current values times a factor uniform in [low, high).
-    Bounds must be finite with low <= high (ValueError otherwise, before anything is drawn).
+    Bounds must be finite with low <= high, and broadcast to the leaf's shape (ValueError
+    otherwise, before anything is drawn); traced bounds are checked on their shapes only.
 
   Returns:
     The params with those leaves replaced (same shapes and dtypes).
@@ -42,9 +46,18 @@ def randomize(
     params = mjbatch_jax.randomize(key, params, uniform={"geom_friction": (0.4, 1.0)},
                                    scale={"body_mass": (0.8, 1.2)})
   """
-  draws = [(name, "uniform", b) for name, b in (uniform or {}).items()]
-  draws += [(name, "log_uniform", b) for name, b in (log_uniform or {}).items()]
-  draws += [(name, "scale", b) for name, b in (scale or {}).items()]
+  _check_key(key)
+  draws = []
+  for how, table in (("uniform", uniform), ("log_uniform", log_uniform), ("scale", scale)):
+    if table is None:
+      continue
+    if not isinstance(table, Mapping):
+      raise ValueError(f"{how} must be a dict of field name -> (low, high), got "
+                       f"{_validate.shown(table)}")
+    for name, bounds in table.items():
+      if not isinstance(name, str):
+        raise ValueError(f"{how}'s keys must be field names (strings), got {_validate.shown(name)}")
+      draws.append((name, how, bounds))
   names = [name for name, _, _ in draws]
   if len(set(names)) != len(names):
     raise ValueError(f"each field may be randomised one way only, got {names}")
@@ -53,7 +66,7 @@ def randomize(
   for name, how, bounds in draws:
     if name not in params:
       raise ValueError(f"{name!r} is not among these params' fields {tuple(params)}")
-    _check_bounds(name, how, bounds)
+    _check_bounds(name, how, bounds, tuple(jnp.shape(params[name])))
   updates = {}
   for (name, how, (low, high)), subkey in zip(draws, jax.random.split(key, max(len(draws), 1)),
                                                strict=False):
@@ -71,31 +84,65 @@ def randomize(
   return params.replace(updates)
 
 
-def _check_bounds(name: str, how: str, bounds: Any) -> None:
-  """ValueError unless bounds is a (low, high) pair, finite, low <= high, and > 0 for log_uniform.
+def _check_key(key: Any) -> None:
+  """ValueError unless key is one JAX random key: a typed key, or a raw uint32 one (PRNGKey)."""
+  dtype, shape = getattr(key, "dtype", None), tuple(getattr(key, "shape", ()))
+  if dtype is not None and jnp.issubdtype(dtype, jax.dtypes.prng_key):
+    if shape != ():
+      raise ValueError(f"key must be one random key, got an array of keys of shape {shape}: "
+                       "randomize draws every entry of every leaf from one key")
+    return
+  # getattr: the flag's attribute is made at run time, unknown to type checkers.
+  impl = str(getattr(jax.config, "jax_default_prng_impl"))  # noqa: B009
+  if isinstance(key, (jax.Array, np.ndarray)) and dtype == np.uint32 \
+      and shape == _raw_key_shape(impl):
+    return
+  raise ValueError("key must be a JAX random key (jax.random.key(seed) or "
+                   f"jax.random.PRNGKey(seed)), got {_validate.shown(key)}")
 
-  Bounds that are traced (drawn inside a jitted function from traced values) cannot be looked
-  at here and are used as given.
+
+@functools.cache
+def _raw_key_shape(impl: str) -> tuple[int, ...]:
+  """The shape of a raw key (jax.random.PRNGKey) of the PRNG implementation named."""
+  del impl  # the cache's key: the shape follows the configured implementation
+  return tuple(jax.eval_shape(jax.random.PRNGKey, 0).shape)
+
+
+def _check_bounds(name: str, how: str, bounds: Any, leaf: tuple[int, ...]) -> None:
+  """ValueError unless bounds is a (low, high) pair of numbers or arrays that broadcast to the
+  leaf's shape, finite, low <= high, and > 0 for log_uniform.
+
+  Bounds that are traced (drawn inside a jitted function from traced values) are checked on
+  their shapes; their values cannot be looked at here and are used as given.
   """
+  where = f"{how}[{name!r}]"
   if isinstance(bounds, (str, bytes)) or not hasattr(bounds, "__len__") or len(bounds) != 2:
-    raise ValueError(f"{how}[{name!r}] must be a (low, high) pair, got {bounds!r}")
+    raise ValueError(f"{where} must be a (low, high) pair, got {_validate.shown(bounds)}")
   low, high = bounds
+  shapes = []
+  for side, value in (("low", low), ("high", high)):
+    shapes.append(tuple(_validate.array(f"{where} {side}", value).shape))
+  try:
+    fits = np.broadcast_shapes(*shapes, leaf) == leaf
+  except ValueError:
+    fits = False
+  if not fits:
+    raise ValueError(f"{where} bounds of shapes {shapes[0]} and {shapes[1]} must broadcast to "
+                     f"the leaf's shape {leaf}")
   if isinstance(low, Tracer) or isinstance(high, Tracer):
     return
-  try:
-    lo, hi = np.asarray(low, dtype=np.float64), np.asarray(high, dtype=np.float64)
-    lo, hi = np.broadcast_arrays(lo, hi)
-  except (TypeError, ValueError) as e:
-    raise ValueError(f"{how}[{name!r}] bounds must be numbers or arrays of numbers, got "
-                     f"{bounds!r}") from e
+  lo, hi = np.asarray(low, dtype=np.float64), np.asarray(high, dtype=np.float64)
+  lo, hi = np.broadcast_arrays(lo, hi)
   if not (np.isfinite(lo).all() and np.isfinite(hi).all()):
-    raise ValueError(f"{how}[{name!r}] bounds must be finite, got low={low!r}, high={high!r}")
+    raise ValueError(f"{where} bounds must be finite, got low={_validate.shown(low)}, "
+                     f"high={_validate.shown(high)}")
   if (lo > hi).any():
-    raise ValueError(f"{how}[{name!r}] needs low <= high, got low={low!r}, high={high!r}: swap "
-                     "them")
+    raise ValueError(f"{where} needs low <= high, got low={_validate.shown(low)}, "
+                     f"high={_validate.shown(high)}: swap them")
   if how == "log_uniform" and (lo <= 0).any():
     raise ValueError(f"log_uniform[{name!r}] bounds must be > 0 (their logs are drawn), got "
-                     f"low={low!r}, high={high!r}; use uniform for bounds that reach 0")
+                     f"low={_validate.shown(low)}, high={_validate.shown(high)}; use uniform for "
+                     "bounds that reach 0")
 
 
 def tree_replace(tree: Any, updates: Mapping[str, Any]) -> Any:
@@ -107,7 +154,18 @@ def tree_replace(tree: Any, updates: Mapping[str, Any]) -> Any:
 
   Example:
     state = mjbatch_jax.tree_replace(state, {"info.steps": 0, "params.opt.gravity": g})
+
+  A path that leads nowhere is a KeyError naming it; a value for a Params field must be an array
+  of numbers of that field's entry shape (after any leading simulation dimensions), ValueError
+  otherwise.
   """
+  if not isinstance(updates, Mapping):
+    raise ValueError(f"updates must be a dict of dotted path -> value, got "
+                     f"{_validate.shown(updates)}")
+  for path in updates:
+    if not isinstance(path, str) or not all(path.split(".")):
+      raise ValueError(f"updates' keys must be dotted paths such as 'info.steps', got "
+                       f"{_validate.shown(path)}")
   for path, value in updates.items():
     tree = _replace_at(tree, path.split("."), value, path)
   return tree
@@ -115,7 +173,16 @@ def tree_replace(tree: Any, updates: Mapping[str, Any]) -> Any:
 
 def _replace_at(node: Any, parts: list[str], value: Any, path: str) -> Any:
   if isinstance(node, Params):
-    return node.replace({".".join(parts): value})
+    field = ".".join(parts)
+    if field not in node:
+      raise KeyError(f"{path!r}: {field!r} is not among these params' fields {tuple(node)}")
+    spec = node.spec
+    i = spec.fields.index(field)
+    entry = tuple(spec.leaf_shape(i))
+    # Leading dimensions are the simulations' (and vmap may have taken them): the core checks
+    # them against the state; the entry's own shape is the field's.
+    _checked(repr(path), value, entry if spec.is_shared(i) else (..., *entry))
+    return node.replace({field: value})
   head, rest = parts[0], parts[1:]
   if isinstance(node, Mapping):
     if head not in node:
