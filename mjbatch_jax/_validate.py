@@ -136,9 +136,7 @@ def array(
   """
   if isinstance(x, str) or x is None:
     raise ValueError(f"{name} must be {_array_kind(dtype)}, got {shown(x)}")
-  if isinstance(x, (np.ndarray, jax.Array, np.generic)) and not isinstance(x, Tracer):
-    source_kind = np.asarray(x).dtype.kind
-  elif isinstance(x, Tracer):
+  if isinstance(x, (np.ndarray, jax.Array, np.generic)):  # tracers too: no copy to the host
     source_kind = np.dtype(x.dtype).kind
   else:
     try:
