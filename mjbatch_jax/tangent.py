@@ -17,6 +17,7 @@ import numpy as np
 from jax.typing import ArrayLike
 
 from mjbatch_jax import _validate, rotations
+from mjbatch_jax.layout import StateLayout
 from mjbatch_jax.rotations import _checked, _lead, _numbers
 
 _FREE = int(mujoco.mjtJoint.mjJNT_FREE)
@@ -140,7 +141,56 @@ def differentiate_pos(joints: Joints, qpos1: ArrayLike, qpos2: ArrayLike, dt: Ar
   return jnp.concatenate(parts, axis=-1)
 
 
-def dof_perturbations(joints: Joints, qpos: jax.Array, eps: float) -> jax.Array:
-  """(..., nv, nq): qpos moved by eps along each degree of freedom, as mjd_transitionFD does."""
-  return integrate_pos(joints, qpos[..., None, :], eps * jnp.eye(joints.nv, dtype=qpos.dtype),
-                       1.0)
+@dataclasses.dataclass(frozen=True)
+class StateTangent:
+  """The tangent space of state rows: x = (qpos tangent (nv), qvel (nv), act (na)), nx = 2 nv + na.
+
+  The coordinates of transition_fd's A, of iLQR's state deviations and of sysid's window starts
+  (`Fit.starts`): free and ball joints move through their quaternions, everything else adds.
+  The rest of a row (time, ctrl, warm start, ...) is carried over from the row moved.
+
+    tangent = StateTangent.of(model)
+    dx = tangent.difference(nominal, rows)                 # (..., nx)
+    rows = tangent.retract(windows.starts, fit.starts)     # the fitted starts, as rows
+  """
+
+  joints: Joints
+  layout: StateLayout
+  nv: int
+  na: int
+
+  @classmethod
+  def of(cls, model: mujoco.MjModel) -> "StateTangent":
+    """The tangent space of model's mjSTATE_INTEGRATION rows."""
+    return cls(Joints.of(model), StateLayout.of(model), model.nv, model.na)
+
+  @property
+  def nx(self) -> int:
+    return 2 * self.nv + self.na
+
+  def _rest(self) -> np.ndarray:
+    """Row indices of qvel and act: the coordinates that add."""
+    lay = self.layout
+    return np.r_[np.arange(lay.qvel.start, lay.qvel.stop), np.arange(lay.act.start,
+                                                                     lay.act.stop)]
+
+  def difference(self, nominal: ArrayLike, rows: ArrayLike) -> jax.Array:
+    """(..., nx): rows minus nominal in the tangent space (broadcast against each other)."""
+    nominal = _validate.array("nominal", nominal, (..., self.layout.size))
+    rows = _validate.array("rows", rows, (..., self.layout.size))
+    q = self.layout.qpos
+    dq = differentiate_pos(self.joints, nominal[..., q], rows[..., q], 1.0)
+    rest = self._rest()
+    return jnp.concatenate([dq, rows[..., rest] - nominal[..., rest]], axis=-1)
+
+  def retract(self, rows: ArrayLike, dx: ArrayLike) -> jax.Array:
+    """rows (..., nstate) moved by tangent dx (..., nx), broadcast against each other."""
+    rows = _validate.array("rows", rows, (..., self.layout.size))
+    dx = _validate.array("dx", dx, (..., self.nx))
+    lead = _lead(("rows", rows.shape[:-1]), ("dx", dx.shape[:-1]))
+    rows = jnp.broadcast_to(rows, (*lead, rows.shape[-1]))
+    dx = jnp.broadcast_to(dx, (*lead, dx.shape[-1]))
+    q = self.layout.qpos
+    qpos = integrate_pos(self.joints, rows[..., q], dx[..., : self.nv], 1.0)
+    rows = rows.at[..., q].set(qpos)
+    return rows.at[..., self._rest()].add(dx[..., self.nv :])

@@ -103,3 +103,42 @@ def test_shapes_are_checked_by_name_when_traced(model):
     integrate(np.zeros(model.nq), np.zeros((4, model.nq)))
   with pytest.raises(ValueError, match=r"^qpos1 must have shape \(\.\.\., 13\), got \(11,\)"):
     tangent.differentiate_pos(joints, np.zeros(model.nv), np.zeros(model.nq), 1.0)
+
+
+def test_state_tangent_moves_rows_as_mj_integrate_pos_and_back(model):
+  space = tangent.StateTangent.of(model)
+  assert space.nx == 2 * model.nv + model.na
+  rng = np.random.default_rng(3)
+  data = mujoco.MjData(model)
+  size = mujoco.mj_stateSize(model, mujoco.mjtState.mjSTATE_INTEGRATION)
+  rows = np.empty((4, size))
+  for i in range(4):
+    data.qpos[:] = random_qpos(model, rng, 1)[0]
+    data.qvel[:] = rng.normal(size=model.nv)
+    data.time = 0.1 * i
+    mujoco.mj_getState(model, data, rows[i], mujoco.mjtState.mjSTATE_INTEGRATION)
+  dx = 0.1 * rng.normal(size=(4, space.nx))
+  moved = np.asarray(space.retract(rows, dx))
+  for i in range(4):
+    qpos = rows[i, space.layout.qpos].copy()
+    mujoco.mj_integratePos(model, qpos, dx[i, : model.nv], 1.0)
+    np.testing.assert_allclose(moved[i, space.layout.qpos], qpos, rtol=0, atol=1e-14)
+    np.testing.assert_array_equal(moved[i, space.layout.qvel],
+                                  rows[i, space.layout.qvel] + dx[i, model.nv : 2 * model.nv])
+    assert moved[i, 0] == rows[i, 0]  # time (and the rest of the row) carried over
+  np.testing.assert_allclose(np.asarray(space.difference(rows, moved)), dx, atol=1e-12)
+  # One start broadcast against many offsets, as Fit.starts against one window's record.
+  assert space.retract(rows[0], dx).shape == (4, size)
+
+
+def test_state_tangent_names_bad_shapes(model):
+  space = tangent.StateTangent.of(model)
+  size = space.layout.size
+  with pytest.raises(ValueError, match="dx must have shape"):
+    space.retract(np.zeros(size), np.zeros(space.nx + 1))
+  with pytest.raises(ValueError, match="rows must have shape"):
+    space.retract(np.zeros(size - 1), np.zeros(space.nx))
+  with pytest.raises(ValueError, match="leading dimensions of rows"):
+    space.retract(np.zeros((3, size)), np.zeros((2, space.nx)))
+  with pytest.raises(ValueError, match="nominal must have shape"):
+    space.difference(np.zeros(2), np.zeros(size))

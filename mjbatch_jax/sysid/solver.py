@@ -15,7 +15,7 @@ from mjbatch_jax import _validate as v
 from mjbatch_jax.functions import rollout
 from mjbatch_jax.sysid.data import Windows
 from mjbatch_jax.sysid.problem import Fit, Problem, _check, _Checked, _offsets, _options
-from mjbatch_jax.tangent import Joints, integrate_pos
+from mjbatch_jax.tangent import StateTangent
 
 
 def _box_solve(h: jax.Array, g: jax.Array, low: jax.Array, high: jax.Array,
@@ -48,7 +48,7 @@ class _Program:
     self.parameters = parameters
     self.nv, self.nx = model.nv, 2 * model.nv + model.na
     self.layout = parameters.sim.layout
-    self.joints = Joints.of(model)
+    self.tangent = StateTangent.of(model)
 
   def total(self, x: jax.Array) -> jax.Array:
     """Summed over every device's windows: what crosses processes."""
@@ -56,13 +56,7 @@ class _Program:
 
   def moved(self, starts: jax.Array, offsets: jax.Array) -> jax.Array:
     """Start rows (..., nstate) moved by tangent offsets (..., nx)."""
-    layout, nv = self.layout, self.nv
-    lead = jnp.broadcast_shapes(starts.shape[:-1], offsets.shape[:-1])
-    starts = jnp.broadcast_to(starts, (*lead, starts.shape[-1]))
-    offsets = jnp.broadcast_to(offsets, (*lead, self.nx))
-    qpos = integrate_pos(self.joints, starts[..., layout.qpos], offsets[..., :nv], 1.0)
-    rows = starts.at[..., layout.qpos].set(qpos).at[..., layout.qvel].add(offsets[..., nv:2 * nv])
-    return rows.at[..., layout.act].add(offsets[..., 2 * nv:])
+    return self.tangent.retract(starts, offsets)
 
   def residuals(self, thetas: jax.Array, rows: jax.Array, ctrls: jax.Array,
                 measured: Any) -> jax.Array:
