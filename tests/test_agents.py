@@ -8,6 +8,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -70,8 +71,8 @@ def test_train_evaluates_checkpoints_resumes_and_stops(env, tmp_path):
                                 np.asarray(mine))
   assert meta["iteration"] == 3 and meta["network"]["activation"] == "tanh"
 
-  resumed = ppo.train(env, 5 * PER_ITERATION, **SIZE, network=NETWORK, checkpoint=checkpoint,
-                      resume=True)
+  # network=None resumes with the checkpoint's networks.
+  resumed = ppo.train(env, 5 * PER_ITERATION, **SIZE, checkpoint=checkpoint, resume=True)
   assert [p.iteration for p in resumed.curve] == [1, 2, 3, 4, 5]
   assert [p.row() for p in resumed.curve[:3]] == [p.row() for p in trained.curve]
   assert resumed.curve[3].wall_s > trained.curve[2].wall_s  # the clock goes on
@@ -97,12 +98,45 @@ def test_refusals(env, tmp_path):
     ({"network": {"activation": "nope"}}, "network activation must be one of"),
     ({"network": {"mean_kernel_init_fn": "nope"}}, "mean_kernel_init_fn must be one of"),
     ({"checkpoint": tmp_path / "none.npz", "resume": True}, "no checkpoint at"),
+    # Sizes, counts and hyperparameters: each refused before training, by name.
+    ({"action_repeat": 0}, "action_repeat must be an int >= 1, got 0"),
+    ({"episode_length": 0}, "episode_length must be an int >= 1"),
+    ({"num_envs": 8.0}, "num_envs must be an int >= 1, got 8.0"),
+    ({"batch_size": True}, "batch_size must be an int >= 1, got True"),
+    ({"num_updates_per_batch": 0}, "num_updates_per_batch must be an int >= 1"),
+    ({"num_resets_per_eval": -1}, "num_resets_per_eval must be an int >= 0"),
+    ({"seed": 1.5}, "seed must be an int"),
+    ({"learning_rate": float("nan")}, "learning_rate must be a finite number > 0.0, got nan"),
+    ({"learning_rate": 0.0}, "learning_rate must be a finite number > 0.0, got 0.0"),
+    ({"learning_rate": np.float32(np.inf)}, "learning_rate must be a finite number > 0.0"),
+    ({"entropy_cost": -0.1}, "entropy_cost must be a finite number >= 0.0"),
+    ({"discounting": 1.5}, "discounting must be a finite number in \\(0.0, 1.0\\]"),
+    ({"discounting": 0}, "discounting must be"),
+    ({"gae_lambda": float("nan")}, "gae_lambda must be"),
+    ({"clipping_epsilon": 0.0}, "clipping_epsilon must be a finite number > 0.0"),
+    ({"max_grad_norm": -1.0}, "max_grad_norm must be a finite number > 0.0"),
+    ({"reward_scaling": "1"}, "reward_scaling must be a finite number > 0.0, got '1'"),
+    ({"normalize_observations": 1}, "normalize_observations must be True or False"),
+    ({"learning_rate_schedule": "COSINE"}, "learning_rate_schedule must be one of"),
+    ({"learning_rate_schedule_min_lr": 0.1}, "must not exceed learning_rate_schedule_max_lr"),
+    ({"use_distributional_critic": True}, "needs clipping_epsilon_value"),
+    ({"learning_rat": 1e-3}, "learning_rat is not an argument of Brax's ppo.train; did you mean"
+                              " learning_rate"),
+    ({"randomization_period": 10}, "randomization_period needs randomization_fn"),
+    ({"randomization_fn": 3}, "randomization_fn must be a function"),
+    ({"evaluate": "yes"}, "evaluate must be a function or None"),
+    ({"network": {"policy_hidden_layers": (16,)}}, "network has 'policy_hidden_layers'"),
+    ({"network": ["tanh"]}, "network must be a dict"),
+    ({"checkpoint": 3}, "checkpoint must be a path"),
+    ({"resume": 1, "checkpoint": tmp_path / "none.npz"}, "resume must be True or False"),
   ]
   for change, message in bad:
     with pytest.raises(ValueError, match=message):
       ppo.train(env, PER_ITERATION, **{**SIZE, **change})
   with jax.enable_x64(True), pytest.raises(ValueError, match="float32"):
     ppo.train(env, PER_ITERATION, **SIZE)
+  with pytest.raises(ValueError, match="environment must be an mjbatch_jax.envs.Env"):
+    ppo.train("cartpole", PER_ITERATION, **SIZE)
 
   # A checkpoint of another env's networks (another observation size) is refused by name.
   other = tmp_path / "other.npz"
@@ -135,3 +169,66 @@ def test_envs_must_split_over_the_devices():
   done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env,
                         cwd=ROOT, timeout=300)
   assert "num_envs=3 must be a multiple of the 2 devices" in done.stdout, done.stderr[-2000:]
+
+
+def test_checkpoints_checked_before_training(env, tmp_path):
+  # Each refusal comes before the first iteration: evaluate, called after each, never is.
+  calls = []
+
+  def evaluate(make_policy, params):
+    calls.append(1)
+    return {}
+
+  unwritable = Path(__file__) / "run.npz"  # a file where its folder would be
+  with pytest.raises(ValueError, match=f"checkpoint {unwritable} cannot be written"):
+    ppo.train(env, PER_ITERATION, **SIZE, network=NETWORK, evaluate=evaluate,
+              checkpoint=unwritable)
+  made = tmp_path / "new" / "folder" / "run.npz"  # a missing folder is made, as each save does
+  # Sizes, seed and hyperparameters as numpy scalars train as Python's do.
+  numpy_int: Any = np.int64
+  sizes: dict[str, Any] = {
+    k: numpy_int(value) if isinstance(value, int) and not isinstance(value, bool) else value
+    for k, value in SIZE.items()}
+  trained = ppo.train(env, numpy_int(PER_ITERATION), **sizes, network=NETWORK,
+                      evaluate=evaluate, checkpoint=made, learning_rate=np.float32(3e-4),
+                      seed=numpy_int(1))
+  assert made.is_file() and len(calls) == 1 and trained.curve[-1].iteration == 1
+  assert all(np.all(np.isfinite(np.asarray(x))) for x in jax.tree.leaves(trained.params))
+  assert sorted(p.name for p in made.parent.iterdir()) == ["run.npz"]  # the probe is gone
+
+  # A finished run has nothing left to train: not a duplicate row of the curve.
+  with pytest.raises(ValueError, match="has trained 1 iterations.*nothing is left to train"):
+    ppo.train(env, PER_ITERATION, **SIZE, network=NETWORK, checkpoint=made, resume=True)
+
+  with np.load(made) as saved:
+    arrays = {k: saved[k] for k in saved.files}
+  meta = json.loads(str(arrays.pop("__meta__")))
+  kernel = next(k for k in arrays if k.endswith("['kernel']") and k.startswith("param[1]"))
+
+  def variant(name, change=None, **header):
+    path = tmp_path / f"{name}.npz"
+    members = {**arrays, **(change or {}), "__meta__": np.array(json.dumps({**meta, **header}))}
+    np.savez(path, **members)
+    return path
+
+  cases = [
+    (variant("negative", iteration=-1), "iteration must be an int >= 0, got -1"),
+    (variant("string", iteration="1"), "iteration must be an int >= 0, got '1'"),
+    (variant("nan", {kernel: np.full_like(arrays[kernel], np.nan)}), "NaN or inf in"),
+    (variant("dtype", {kernel: arrays[kernel].astype(np.int32)}),
+     "has dtype int32, this env's networks float32"),
+    (variant("count", {"param[0].count.hi": np.zeros((), np.int32)}),
+     "count.hi has dtype int32, this env's networks uint32"),
+    (variant("shape", {kernel: arrays[kernel][:1]}), "another observation or action size"),
+    (variant("names", {"param[9]": arrays[kernel]}), "other networks than this env's.*param\\[9\\]|"
+     "unexpected \\['\\[9\\]'\\]"),
+    (variant("network", network={**meta["network"], "activation": "nope"}),
+     "network activation must be one of"),
+  ]
+  for path, message in cases:
+    with pytest.raises(ValueError, match=message):
+      ppo.train(env, 2 * PER_ITERATION, **SIZE, evaluate=evaluate, checkpoint=path, resume=True)
+    with pytest.raises(ValueError, match=message):
+      ppo.load_policy(path, env)
+  assert len(calls) == 1
+

@@ -25,17 +25,21 @@ callbacks there only.
 """
 
 import dataclasses
+import difflib
 import functools
+import inspect
 import json
 import math
+import os
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, NamedTuple
 
 import jax
 import numpy as np
 
+from mjbatch_jax import _validate as v
 from mjbatch_jax.envs.wrappers import wrap_for_brax_training
 
 BRAX_MISSING = "Brax is not installed: `pip install -e '.[rl]'` adds brax 0.14 for training"
@@ -95,29 +99,114 @@ def network_factory(network: Mapping[str, Any] | None) -> Callable[..., Any]:
   """Brax's make_ppo_networks with these keyword arguments, functions by their names in Brax's
   registries, so that checkpoints can say them: the activation in
   `brax.training.networks.ACTIVATION` ("swish", "elu", ...), the `*_init_fn` initialisers in
-  `KERNEL_INITIALIZER` ("lecun_uniform", "variance_scaling", ...)."""
+  `KERNEL_INITIALIZER` ("lecun_uniform", "variance_scaling", ...). ValueError for a keyword
+  make_ppo_networks does not take, or one that train sets itself."""
   _, ppo_networks = _brax()
   from brax.training import networks  # pyright: ignore[reportMissingImports]
 
+  if network is not None and not isinstance(network, Mapping):
+    raise ValueError(f"network must be a dict of make_ppo_networks' keyword arguments or None, "
+                     f"got {v.shown(network)}")
   kwargs = dict(network or {})
+  taken = set(inspect.signature(ppo_networks.make_ppo_networks).parameters) - _NETWORK_SET_HERE
   for key, value in kwargs.items():
+    if not isinstance(key, str) or key not in taken:
+      raise ValueError(f"network has {key!r}, which is not a keyword argument of Brax's "
+                       f"make_ppo_networks that train leaves to you: {sorted(taken)}")
     registry = networks.ACTIVATION if key == "activation" else (
       networks.KERNEL_INITIALIZER if key.endswith("_init_fn") else None)
     if registry is not None:
-      if value not in registry:
+      if not isinstance(value, str) or value not in registry:
         raise ValueError(f"network {key} must be one of {sorted(registry)}, got {value!r}")
       kwargs[key] = registry[value]
   return functools.partial(ppo_networks.make_ppo_networks, **kwargs)
 
 
-def _check_sizes(num_timesteps: int, num_envs: int, unroll_length: int, batch_size: int,
-                 num_minibatches: int, iterations_per_eval: int) -> None:
+# make_ppo_networks' arguments that Brax's train passes itself.
+_NETWORK_SET_HERE = frozenset({"observation_size", "action_size", "preprocess_observations_fn"})
+
+# Brax's ppo.train arguments that train sets itself.
+_SET_HERE = ("environment", "wrap_env_fn", "num_evals", "run_evals", "progress_fn",
+             "policy_params_fn", "network_factory", "restore_params")
+
+# Brax's PPO hyperparameters by kind, each with its valid range: checked before training, since
+# Brax takes a NaN learning rate or a discount of 2 and trains the whole run on it.
+_NUMBERS: dict[str, dict[str, Any]] = {
+  "learning_rate": {"low": 0.0, "low_open": True},
+  "entropy_cost": {"low": 0.0},
+  "discounting": {"low": 0.0, "high": 1.0, "low_open": True},
+  "reward_scaling": {"low": 0.0, "low_open": True},
+  "clipping_epsilon": {"low": 0.0, "low_open": True},
+  "gae_lambda": {"low": 0.0, "high": 1.0},
+  "vf_loss_coefficient": {"low": 0.0},
+  "desired_kl": {"low": 0.0, "low_open": True},
+  "learning_rate_schedule_min_lr": {"low": 0.0, "low_open": True},
+  "learning_rate_schedule_max_lr": {"low": 0.0, "low_open": True},
+  "normalize_observations_std_eps": {"low": 0.0},
+}
+_OPTIONAL_NUMBERS: dict[str, dict[str, Any]] = {  # None: the option is off
+  "max_grad_norm": {"low": 0.0, "low_open": True},
+  "clipping_epsilon_value": {"low": 0.0, "low_open": True},
+}
+_COUNTS = {"action_repeat": 1, "num_updates_per_batch": 1, "num_resets_per_eval": 0,
+           "num_eval_envs": 1}
+_OPTIONAL_COUNTS = {"max_devices_per_host": 1, "normalize_until_count": 1,
+                    "training_metrics_steps": 1}
+_FLAGS = ("normalize_observations", "normalize_advantage", "bootstrap_on_timeout",
+          "use_distributional_critic", "deterministic_eval", "log_training_metrics",
+          "use_pmap_on_reset", "wrap_env", "vision", "augment_pixels", "restore_value_fn")
+_SCHEDULES = ("NONE", "ADAPTIVE_KL")
+_NORMALIZATION_MODES = ("welford", "ema")
+
+
+def _check_ppo_kwargs(ppo_kwargs: dict[str, Any], accepted: Sequence[str]) -> dict[str, Any]:
+  """Brax's arguments, numbers as Python's, each in its range; ValueError naming a bad one."""
+  out = dict(ppo_kwargs)
+  for name, value in ppo_kwargs.items():
+    if name in _SET_HERE:
+      raise ValueError(f"{name} is train's to set, not an argument to pass through")
+    if name not in accepted:
+      close = difflib.get_close_matches(name, accepted, n=3)
+      hint = f"; did you mean {', '.join(close)}?" if close else ""
+      raise ValueError(f"{name} is not an argument of Brax's ppo.train{hint}")
+    if name in _NUMBERS:
+      out[name] = v.number(name, value, **_NUMBERS[name])
+    elif name in _OPTIONAL_NUMBERS and value is not None:
+      out[name] = v.number(name, value, **_OPTIONAL_NUMBERS[name])
+    elif name in _COUNTS:
+      out[name] = v.integer(name, value, low=_COUNTS[name])
+    elif name in _OPTIONAL_COUNTS and value is not None:
+      out[name] = v.integer(name, value, low=_OPTIONAL_COUNTS[name])
+    elif name in _FLAGS:
+      out[name] = v.flag(name, value)
+    elif name == "learning_rate_schedule" and value is not None:
+      v.one_of(name, getattr(value, "value", value), _SCHEDULES)
+    elif name == "normalize_observations_mode":
+      v.one_of(name, value, _NORMALIZATION_MODES)
+    elif name == "randomization_fn" and value is not None and not callable(value):
+      raise ValueError(f"randomization_fn must be a function or None, got {v.shown(value)}")
+  low = out.get("learning_rate_schedule_min_lr", 1e-5)
+  high = out.get("learning_rate_schedule_max_lr", 1e-2)
+  if low > high:
+    raise ValueError(f"learning_rate_schedule_min_lr={low} must not exceed "
+                     f"learning_rate_schedule_max_lr={high}")
+  if out.get("use_distributional_critic") and out.get("clipping_epsilon_value") is None:
+    raise ValueError("use_distributional_critic=True needs clipping_epsilon_value (the quantile"
+                     " Huber loss's kappa), got None")
+  if out.get("vision"):
+    raise ValueError("vision=True: mjbatch_jax envs have no pixel observations")
+  return out
+
+
+def _check_sizes(num_timesteps: Any, num_envs: Any, unroll_length: Any, batch_size: Any,
+                 num_minibatches: Any, iterations_per_eval: Any, episode_length: Any
+                 ) -> tuple[int, ...]:
+  """The sizes as Python ints, each >= 1, and as Brax's pmap splits them over the devices."""
   sizes = {"num_timesteps": num_timesteps, "num_envs": num_envs, "unroll_length": unroll_length,
            "batch_size": batch_size, "num_minibatches": num_minibatches,
-           "iterations_per_eval": iterations_per_eval}
-  for name, value in sizes.items():
-    if not isinstance(value, (int, np.integer)) or isinstance(value, bool) or value < 1:
-      raise ValueError(f"{name} must be an int >= 1, got {value!r}")
+           "iterations_per_eval": iterations_per_eval, "episode_length": episode_length}
+  out = tuple(v.integer(name, value, low=1) for name, value in sizes.items())
+  num_envs, batch_size, num_minibatches = out[1], out[3], out[4]
   devices = jax.device_count()
   if num_envs % devices:
     raise ValueError(
@@ -130,6 +219,41 @@ def _check_sizes(num_timesteps: int, num_envs: int, unroll_length: int, batch_si
       f"num_envs={num_envs}: each iteration unrolls every env that many times over")
   if batch_size % devices:
     raise ValueError(f"batch_size={batch_size} must be a multiple of the {devices} devices")
+  return out
+
+
+def _check_environment(environment: Any) -> None:
+  missing = [name for name in ("reset", "step") if not callable(getattr(environment, name, None))]
+  if missing or not hasattr(environment, "action_size"):
+    raise ValueError(f"environment must be an mjbatch_jax.envs.Env (reset, step, action_size), "
+                     f"got {v.shown(environment)}")
+
+
+def _check_callback(name: str, value: Any) -> None:
+  if value is not None and not callable(value):
+    raise ValueError(f"{name} must be a function or None, got {v.shown(value)}")
+
+
+def _checkpoint_path(name: str, path: Any) -> Path:
+  if not isinstance(path, (str, os.PathLike)) or isinstance(path, bytes) or str(path) == "":
+    raise ValueError(f"{name} must be a path (str or pathlib.Path), got {v.shown(path)}")
+  return Path(path)
+
+
+def _check_writable(path: Path) -> None:
+  """ValueError naming path unless a checkpoint can be written there, as _save writes it: its
+  folder made if missing, and its temporary file created and removed."""
+  if path.is_dir():
+    raise ValueError(f"checkpoint {path} is a folder: name an .npz file in it")
+  tmp = _temporary(path)
+  try:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(tmp, "wb"):
+      pass
+    tmp.unlink()
+  except OSError as e:
+    raise ValueError(f"checkpoint {path} cannot be written ({type(e).__name__}: {e}): fix the "
+                     "path before training, rather than after its first period") from None
 
 
 def train(
@@ -163,12 +287,15 @@ def train(
     num_timesteps: env steps to train for in all, those of a resumed checkpoint included.
     num_envs, unroll_length, batch_size, num_minibatches, episode_length, seed: Brax's.
     network: keyword arguments of Brax's make_ppo_networks (activation by name), saved with
-      the checkpoints so that load_policy can rebuild the networks.
+      the checkpoints so that load_policy can rebuild the networks. None: Brax's defaults, or
+      on resume the checkpoint's.
     iterations_per_eval: iterations between evaluations (and checkpoints and stop checks).
     evaluate: evaluate(make_policy, params) -> metrics, run in process 0 after each period;
       its time is not training time.
     stop: stop(progress) -> True to end training early (one process only).
     checkpoint: an .npz path written after each period (process 0): networks, curve, counters.
+      Checked writable before training starts: its folder is made if missing (as each save
+      makes it) and a probe file written and removed beside it.
     resume: continue from checkpoint: its networks and normaliser, learning rate, curve and
       clocks; Adam's moments and the envs start afresh.
     log: called with each Progress (process 0).
@@ -179,21 +306,37 @@ def train(
 
   Returns:
     Trained(make_policy, params, metrics, curve, stopped).
+
+  Raises:
+    ValueError: before any training, for a bad argument (a size, count, seed or hyperparameter
+      out of its range, NaN, a float where an int is due, an argument Brax's train does not
+      take), an unwritable checkpoint path, or a checkpoint to resume that is invalid, of other
+      networks, or already past num_timesteps.
+    FloatingPointError: training diverged (NaN or inf in the networks), at the end of the
+      period in which it did; the checkpoint keeps the last finite networks.
   """
   ppo_train, _ = _brax()
   if jax.config.read("jax_enable_x64"):
     raise ValueError("Brax's PPO trains in float32: train without jax_enable_x64")
-  _check_sizes(num_timesteps, num_envs, unroll_length, batch_size, num_minibatches,
-               iterations_per_eval)
-  for name in ("environment", "wrap_env_fn", "num_evals", "run_evals", "progress_fn",
-               "policy_params_fn", "network_factory", "restore_params"):
-    if name in ppo_kwargs:
-      raise ValueError(f"{name} is train's to set, not an argument to pass through")
+  _check_environment(environment)
+  num_timesteps, num_envs, unroll_length, batch_size, num_minibatches, iterations_per_eval, \
+    episode_length = _check_sizes(num_timesteps, num_envs, unroll_length, batch_size,
+                                  num_minibatches, iterations_per_eval, episode_length)
+  seed = v.integer("seed", seed, low=-(2**62), high=2**62)
+  resume = v.flag("resume", resume)
+  ppo_kwargs = _check_ppo_kwargs(ppo_kwargs, tuple(inspect.signature(ppo_train.train).parameters))
+  if randomization_period is not None:
+    randomization_period = v.integer("randomization_period", randomization_period, low=1)
+    if ppo_kwargs.get("randomization_fn") is None:
+      raise ValueError("randomization_period needs randomization_fn: without it there is "
+                       "nothing to redraw")
+  for name, callback in (("evaluate", evaluate), ("stop", stop), ("log", log)):
+    _check_callback(name, callback)
   if stop is not None and jax.process_count() > 1:
     raise ValueError("stop ends training in process 0 alone: use it with one process")
   if resume and checkpoint is None:
     raise ValueError("resume needs the checkpoint to resume from")
-  checkpoint = None if checkpoint is None else Path(checkpoint)
+  checkpoint = None if checkpoint is None else _checkpoint_path("checkpoint", checkpoint)
   if checkpoint is not None and checkpoint.suffix != ".npz":
     raise ValueError(f"checkpoint must be an .npz path, got {str(checkpoint)!r}")
   action_repeat = ppo_kwargs.get("action_repeat", 1)
@@ -205,15 +348,25 @@ def train(
   if resume:
     assert checkpoint is not None
     restore, saved = _load(checkpoint, environment, network)
-    done = int(saved["iteration"])
+    if network is None:  # the checkpoint's networks, which its params fit
+      network = saved["network"]
+      factory = network_factory(network)
+    done = saved["iteration"]
     curve = [Progress(**row) for row in saved["curve"]]
     lr = saved.get("learning_rate")
     if done % iterations_per_eval:
       raise ValueError(f"{checkpoint} stopped after {done} iterations, not a multiple of "
                        f"iterations_per_eval={iterations_per_eval}: resume with the run's own")
-  remaining = max(0, iterations - done)
+    if done >= iterations:
+      raise ValueError(f"{checkpoint} has trained {done} iterations, num_timesteps="
+                       f"{num_timesteps} asks for {iterations}: nothing is left to train (raise "
+                       "num_timesteps to train on, or load_policy to use it)")
+  if checkpoint is not None:
+    _check_writable(checkpoint)  # now, rather than after the first period's training
+  remaining = iterations - done
   epochs = math.ceil(remaining / iterations_per_eval)
-  if resume and lr is not None and ppo_kwargs.get("learning_rate_schedule") == "ADAPTIVE_KL":
+  schedule = ppo_kwargs.get("learning_rate_schedule")
+  if resume and lr is not None and getattr(schedule, "value", schedule) == "ADAPTIVE_KL":
     ppo_kwargs["learning_rate"] = lr  # where the KL rule had taken it
   last = curve[-1] if curve else Progress(0, 0, 0.0, 0.0, 0.0, 0.0, {})
   clock = {"wall": last.wall_s, "cpu": last.cpu_s, "eval_wall": last.eval_wall_s,
@@ -229,10 +382,15 @@ def train(
     wall, cpu = time.perf_counter(), time.process_time()
     clock["wall"] += wall - clock["mark"][0]
     clock["cpu"] += cpu - clock["mark"][1]
-    metrics = {k: float(v) for k, v in metrics.items() if np.ndim(v) == 0}
+    metrics = {k: float(value) for k, value in metrics.items() if np.ndim(value) == 0}
     iteration = done + step // per_iteration
+    diverged = _nonfinite(_named_leaves(latest["params"]))
+    if diverged is not None:  # now, not after the whole run (Brax's bare AssertionError)
+      kept = f"; {checkpoint} keeps the last finite networks" if checkpoint is not None else ""
+      raise FloatingPointError(
+        f"training diverged in iteration {iteration}: NaN or inf in {diverged}{kept}")
     if evaluate is not None:
-      metrics.update({f"eval/{k}": float(v) for k, v in
+      metrics.update({f"eval/{k}": float(value) for k, value in
                       evaluate(latest["make_policy"], latest["params"]).items()})
 
     def aside() -> None:  # evaluations, checkpoints and logs: not training time
@@ -246,7 +404,9 @@ def train(
                         clock["eval_wall"], clock["eval_cpu"], metrics)
     curve.append(progress)
     if checkpoint is not None:
-      _save(checkpoint, latest["params"], network, curve, metrics.get("training/learning_rate"))
+      rate = metrics.get("training/learning_rate")
+      _save(checkpoint, latest["params"], network, curve,
+            rate if rate is not None and math.isfinite(rate) and rate > 0 else None)
     if log is not None:
       log(progress)
     aside()  # counted in the next row
@@ -282,6 +442,10 @@ def _named_leaves(tree: Any) -> dict[str, Any]:
   return {jax.tree_util.keystr(path): leaf for path, leaf in flat}
 
 
+def _temporary(path: Path) -> Path:
+  return path.with_name(path.name + ".tmp.npz")
+
+
 def _save(path: Path, params: Any, network: Mapping[str, Any] | None, curve: list[Progress],
           learning_rate: float | None) -> None:
   meta = {"format": CHECKPOINT_FORMAT, "network": _plain(network or {}),
@@ -291,35 +455,153 @@ def _save(path: Path, params: Any, network: Mapping[str, Any] | None, curve: lis
                             for name, leaf in _named_leaves(params).items()}
   arrays["__meta__"] = np.array(json.dumps(meta))
   path.parent.mkdir(parents=True, exist_ok=True)
-  tmp = path.with_name(path.name + ".tmp.npz")  # never a half-written checkpoint
+  tmp = _temporary(path)  # never a half-written checkpoint
   np.savez(tmp, **arrays)
   tmp.replace(path)
 
 
 def _plain(value: Any) -> Any:
   if isinstance(value, Mapping):
-    return {str(k): _plain(v) for k, v in value.items()}
+    return {str(k): _plain(item) for k, item in value.items()}
   if isinstance(value, (list, tuple)):
-    return [_plain(v) for v in value]
+    return [_plain(item) for item in value]
   return value
 
 
+def _nonfinite(arrays: Mapping[str, Any]) -> str | None:
+  """The first float array holding NaN or inf, as 'name (value at index)'; None if none does."""
+  for name, array in arrays.items():
+    values = np.asarray(array)
+    if values.dtype.kind == "f" and not np.all(np.isfinite(values)):
+      index = tuple(int(i) for i in np.argwhere(~np.isfinite(values))[0])
+      return f"{name} ({values[index]} at index {index})"
+  return None
+
+
+_CURVE_KEYS = tuple(field.name for field in dataclasses.fields(Progress))
+# Leaf dtypes a checkpoint may hold: Brax's networks (float32) and its normaliser's step count
+# (two uint32 words); float64 and int32 for networks saved by other versions.
+_LEAF_DTYPES = (np.dtype(np.float32), np.dtype(np.float64), np.dtype(np.uint32),
+                np.dtype(np.int32))
+
+
 def read_checkpoint(path: str | Path) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
-  """(arrays by key path, metadata) of a checkpoint; ValueError saying why it cannot be read."""
-  path = Path(path)
+  """(arrays by key path, metadata) of a checkpoint, checked as a whole before it is returned.
+
+  Checked: that the file is an .npz archive of this module's format (its `__meta__` header a
+  JSON object), the header's types and ranges (format, network, iteration, learning rate, the
+  curve's rows), the arrays' names and dtypes, and that no array holds NaN or inf. load_policy
+  and train's resume also check names, shapes and dtypes against the env's networks.
+
+  Raises:
+    ValueError: naming the file and saying what is wrong with it, for every defect (a missing,
+      empty, truncated or corrupted file included).
+  """
+  path = _checkpoint_path("path", path)
   if not path.is_file():
     raise ValueError(f"no checkpoint at {path}: train first (or without --resume)")
+
+  def bad(why: str) -> ValueError:
+    return ValueError(f"{path} is not a valid checkpoint of mjbatch_jax.agents.ppo: {why}")
+
+  # The file is untrusted input: whatever the parsers raise on it (BadZipFile, EOFError,
+  # zlib.error, RecursionError of a deep JSON, ...) means it cannot be read as a checkpoint.
   try:
-    with np.load(path, allow_pickle=False) as saved:
-      arrays = {key: saved[key] for key in saved.files}
-    meta = json.loads(str(arrays.pop("__meta__")))
-  except (OSError, ValueError, KeyError) as e:
-    raise ValueError(f"{path} is not a checkpoint of mjbatch_jax.agents.ppo: "
-                     f"{type(e).__name__}: {e}") from None
+    saved = np.load(path, allow_pickle=False)
+  except Exception as e:
+    raise bad(f"not an .npz archive ({type(e).__name__}: {e})") from None
+  if not isinstance(saved, np.lib.npyio.NpzFile):
+    raise bad(f"a single .npy array ({v.shown(saved)}), not an .npz archive")
+  arrays: dict[str, np.ndarray] = {}
+  with saved:
+    # NumPy reads a member's bytes without zip's CRC check: a flipped byte in the weights would
+    # load as another weight. testzip checks every member's CRC.
+    try:
+      corrupted = saved.zip.testzip() if saved.zip is not None else None
+    except Exception as e:
+      raise bad(f"a corrupted .npz archive ({type(e).__name__}: {e})") from None
+    if corrupted is not None:
+      raise bad(f"a corrupted .npz archive: {corrupted!r} fails its CRC check")
+    for key in saved.files:
+      try:
+        arrays[key] = saved[key]
+      except Exception as e:
+        raise bad(f"its array {key!r} cannot be read ({type(e).__name__}: {e})") from None
+      if not isinstance(arrays[key], np.ndarray):  # NumPy hands back a non-.npy member's bytes
+        raise bad(f"its member {key!r} is not a .npy array")
+  header = arrays.pop("__meta__", None)
+  if header is None:
+    raise bad("no __meta__ header (an .npz archive of something else)")
+  if header.dtype.kind != "U" or header.shape != ():
+    raise bad(f"its __meta__ header must be a JSON string, got {v.shown(header)}")
+  try:
+    meta = json.loads(str(header))
+  except (ValueError, RecursionError) as e:
+    raise bad(f"its __meta__ header is not JSON ({type(e).__name__}: {e})") from None
+  if not isinstance(meta, dict):
+    raise bad(f"its __meta__ header must be a JSON object, got {v.shown(meta)}")
   if meta.get("format") != CHECKPOINT_FORMAT:
-    raise ValueError(f"{path} is not a checkpoint of mjbatch_jax.agents.ppo "
-                     f"(format {meta.get('format')!r})")
-  return {k[len("param"):]: v for k, v in arrays.items()}, meta
+    raise bad(f"format {meta.get('format')!r}, not {CHECKPOINT_FORMAT!r}")
+  _check_meta(meta, bad)
+  if not arrays:
+    raise bad("it holds no network arrays")
+  for key, array in arrays.items():
+    if not key.startswith("param"):
+      raise bad(f"it holds an array {key!r}; network arrays are named param[...]")
+    if array.dtype not in _LEAF_DTYPES:
+      raise bad(f"{key} has dtype {array.dtype}; network arrays are float32, float64, uint32 "
+                "or int32")
+  nonfinite = _nonfinite(arrays)
+  if nonfinite is not None:
+    raise bad(f"NaN or inf in {nonfinite}: the run had diverged")
+  return {k[len("param"):]: a for k, a in arrays.items()}, meta
+
+
+def _check_meta(meta: dict[str, Any], bad: Callable[[str], ValueError]) -> None:
+  """ValueError (from bad) unless the header's fields have the types and ranges _save gives."""
+
+  def count(what: str, value: Any) -> int:
+    if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+      raise bad(f"{what} must be an int >= 0, got {v.shown(value)}")
+    return value
+
+  def seconds(what: str, value: Any) -> None:
+    if not isinstance(value, (int, float)) or isinstance(value, bool) \
+        or not math.isfinite(value) or value < 0:
+      raise bad(f"{what} must be a finite number >= 0, got {v.shown(value)}")
+
+  if not isinstance(meta.get("network"), dict):
+    raise bad(f"network must be a JSON object of make_ppo_networks' arguments, got "
+              f"{v.shown(meta.get('network'))}")
+  if "iteration" not in meta:
+    raise bad("its header has no iteration")
+  iteration = count("iteration", meta["iteration"])
+  if iteration < 1:
+    raise bad("iteration must be >= 1 (a checkpoint is written after an iteration), got 0")
+  lr = meta.get("learning_rate")
+  if lr is not None and (not isinstance(lr, (int, float)) or isinstance(lr, bool)
+                         or not math.isfinite(lr) or lr <= 0):
+    raise bad(f"learning_rate must be a finite number > 0 or null, got {v.shown(lr)}")
+  curve = meta.get("curve")
+  if not isinstance(curve, list) or not curve:
+    raise bad(f"curve must be a non-empty list of rows, got {v.shown(curve)}")
+  previous = 0
+  for i, row in enumerate(curve):
+    if not isinstance(row, dict) or set(row) != set(_CURVE_KEYS):
+      raise bad(f"curve[{i}] must be a row with keys {_CURVE_KEYS}, got {v.shown(row)}")
+    at = count(f"curve[{i}] iteration", row["iteration"])
+    if at <= previous:
+      raise bad(f"curve[{i}] iteration {at} does not follow {previous}")
+    previous = at
+    count(f"curve[{i}] env_steps", row["env_steps"])
+    for key in ("wall_s", "cpu_s", "eval_wall_s", "eval_cpu_s"):
+      seconds(f"curve[{i}] {key}", row[key])
+    metrics = row["metrics"]
+    if not isinstance(metrics, dict) or not all(
+        isinstance(x, (int, float)) and not isinstance(x, bool) for x in metrics.values()):
+      raise bad(f"curve[{i}] metrics must map names to numbers, got {v.shown(metrics)}")
+  if previous != iteration:
+    raise bad(f"iteration {iteration} is not its curve's last ({previous})")
 
 
 def _template(environment: Any, network: Mapping[str, Any] | None) -> tuple[Any, Any]:
@@ -339,19 +621,32 @@ def _template(environment: Any, network: Mapping[str, Any] | None) -> tuple[Any,
 
 
 def _load(path: Path, environment: Any, network: Mapping[str, Any] | None) -> tuple[Any, dict]:
+  """The checkpoint's params as this env's networks take them, after checking every array's
+  name, shape and dtype against them."""
   arrays, meta = read_checkpoint(path)
   if network is not None and _plain(network) != meta["network"]:
     raise ValueError(f"{path} holds networks {meta['network']}, not the {_plain(network)} "
                      "asked for")
-  _, template = _template(environment, meta["network"])
+  try:
+    _, template = _template(environment, meta["network"])
+  except (TypeError, ValueError) as e:  # a value of the wrong type for make_ppo_networks
+    raise ValueError(f"{path}: its network {meta['network']} cannot be built: "
+                     f"{type(e).__name__}: {e}") from None
   named = _named_leaves(template)
-  if sorted(named) != sorted(arrays):
+  missing = sorted(set(named) - set(arrays))
+  extra = sorted(set(arrays) - set(named))
+  if missing or extra:
     raise ValueError(f"{path} holds other networks than this env's: {len(arrays)} arrays, "
-                     f"{len(named)} expected")
+                     f"{len(named)} expected; missing {missing[:3]}, unexpected {extra[:3]}")
   for name, leaf in named.items():
     if np.shape(leaf) != arrays[name].shape:
       raise ValueError(f"{path}: {name} has shape {arrays[name].shape}, this env's networks "
                        f"{np.shape(leaf)} (another observation or action size)")
+    # Floats of either width (the template's follow jax_enable_x64, Brax's are float32);
+    # integers (the normaliser's count) exactly.
+    want, got = np.asarray(leaf).dtype, arrays[name].dtype
+    if want.kind != got.kind or (want.kind != "f" and want != got):
+      raise ValueError(f"{path}: {name} has dtype {got}, this env's networks {want}")
   leaves = [arrays[name] for name in named]
   return jax.tree.unflatten(jax.tree.structure(template), leaves), meta
 
@@ -359,15 +654,18 @@ def _load(path: Path, environment: Any, network: Mapping[str, Any] | None) -> tu
 def load_policy(path: str | Path, environment: Any,
                 deterministic: bool = True) -> tuple[Callable[..., Any], dict[str, Any]]:
   """The policy of a checkpoint for environment, policy(obs, key) -> (action, extras); and the
-  checkpoint's metadata. ValueError if it was trained for other observations or actions.
+  checkpoint's metadata. ValueError if the file is not a valid checkpoint (read_checkpoint), or
+  it was trained for other observations or actions, or other networks.
 
   Example:
     policy, meta = ppo.load_policy("run.npz", env)
     action, _ = policy(state.obs, jax.random.PRNGKey(0))
   """
-  path = Path(path)
+  path = _checkpoint_path("path", path)
+  deterministic = v.flag("deterministic", deterministic)
   read_checkpoint(path)  # says what is wrong with the file before anything needs Brax
   _, ppo_networks = _brax()
+  _check_environment(environment)
   params, meta = _load(path, environment, None)
   networks, _ = _template(environment, meta["network"])
   make_policy = ppo_networks.make_inference_fn(networks)

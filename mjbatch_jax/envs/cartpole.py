@@ -7,7 +7,7 @@ import jax.numpy as jnp
 import mujoco
 import numpy as np
 
-from mjbatch_jax.envs.env import Env
+from mjbatch_jax.envs.env import Env, check_key
 from mjbatch_jax.envs.state import Data, State
 
 POLE_LENGTH = 0.6
@@ -49,12 +49,16 @@ class CartPoleBalance(Env):
   def __init__(
     self, n_substeps: int = 2, num_threads: int = 0, param_fields: Sequence[str] = ()
   ):
+    if isinstance(param_fields, str):  # tuple() of it would be its letters
+      raise ValueError(f"param_fields must be a sequence of field names, got {param_fields!r}: "
+                       f"write ({param_fields!r},)")
     self.param_fields = tuple(param_fields)
     super().__init__(mujoco.MjModel.from_xml_string(CARTPOLE_XML), n_substeps, num_threads)
     self._tip = mujoco.mj_name2id(self.mj_model, mujoco.mjtObj.mjOBJ_SITE, "tip")
     self._min_upright = float(np.cos(np.pi / 6))
 
   def reset(self, rng: jax.Array) -> State:
+    check_key(rng)
     qpos_key, qvel_key = jax.random.split(rng)
     qpos = jax.random.uniform(qpos_key, (2,), minval=-0.05, maxval=0.05)
     qvel = jax.random.uniform(qvel_key, (2,), minval=-0.05, maxval=0.05)

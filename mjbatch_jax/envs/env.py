@@ -15,6 +15,7 @@ import jax.numpy as jnp
 import mujoco
 import numpy as np
 
+from mjbatch_jax import _validate as v
 from mjbatch_jax import functions
 from mjbatch_jax.envs.state import Data, RowLayout, State
 from mjbatch_jax.params import Params
@@ -38,20 +39,51 @@ _FLOATS = (np.dtype(np.float32), np.dtype(np.float64))
 def check_action(action: Any, shape: tuple[int, ...], name: str = "action") -> jax.Array:
   """action as a float32 or float64 array of exactly shape; ValueError otherwise.
 
-  Runs at trace time, so a bad action fails in Python before any custom call.
+  Runs at trace time, so a bad action fails in Python before any custom call. Its values are
+  not checked: under jit they are not known, and eager calls behave the same way. A NaN action
+  reaches MuJoCo, which steps that env with zero controls and raises its bad-control warning
+  (`Env.bad`), and `wrap_for_brax_training` ends its episode (WarningWrapper); an inf one an
+  actuator's ctrlrange clamps. The state row's ctrl keeps the action given.
 
   Example:
     action = check_action(action, (env.action_size,))
   """
-  try:
-    array = jnp.asarray(action)
-  except TypeError as e:
-    raise ValueError(f"{name} must be a float array, got {type(action).__name__}") from e
+  if isinstance(action, (str, bytes)) or action is None:
+    raise ValueError(f"{name} must be a float32 or float64 array of shape {tuple(shape)}, got "
+                     f"{v.shown(action)}")
+  array = v.array(name, action, dtype="any")
   if array.dtype not in _FLOATS:
     raise ValueError(f"{name} must be float32 or float64, got {array.dtype}")
   if array.shape != tuple(shape):
     raise ValueError(f"{name} must have shape {tuple(shape)}, got {array.shape}")
   return array
+
+
+def check_key(rng: Any, batched: bool = False, name: str = "rng") -> None:
+  """ValueError unless rng is one PRNG key, or with batched a batch (N,) of them.
+
+  Keys are typed (jax.random.key) or raw uint32 (jax.random.PRNGKey); shapes only, so that it
+  runs at trace time.
+
+  Example:
+    check_key(keys, batched=True)   # jax.random.split(key, N)
+  """
+  v.static(f"whether {name} is batched", batched)
+  lead = 1 if batched else 0
+  dtype = getattr(rng, "dtype", None)
+  ndim = getattr(rng, "ndim", None)
+  if isinstance(rng, (jax.Array, np.ndarray)) and dtype is not None:
+    if jnp.issubdtype(dtype, jax.dtypes.prng_key):
+      if ndim == lead:
+        return
+    elif dtype == np.uint32 and ndim == lead + 1:
+      return
+    got = f"a {dtype} array of shape {tuple(rng.shape)}"
+  else:
+    got = v.shown(rng)
+  want = ("a batch (N,) of PRNG keys, as jax.random.split(key, N) makes" if batched else
+          "one PRNG key (jax.random.key(0) or jax.random.PRNGKey(0))")
+  raise ValueError(f"{name} must be {want}, got {got}")
 
 
 def advance(
@@ -118,9 +150,7 @@ class Env(abc.ABC):
   track_warnings: bool = True
 
   def __init__(self, mj_model: mujoco.MjModel, n_substeps: int = 1, num_threads: int = 0):
-    if not isinstance(n_substeps, (int, np.integer)) or isinstance(n_substeps, bool) \
-        or n_substeps < 1:
-      raise ValueError(f"n_substeps must be an int >= 1, got {n_substeps!r}")
+    n_substeps = v.integer("n_substeps", n_substeps, low=1)
     self._sim = Simulator(mj_model, num_threads)
     self._mj_model = self._sim.model
     self._n_substeps = int(n_substeps)

@@ -55,10 +55,11 @@ import mujoco
 import numpy as np
 from jax.core import Tracer
 
+from mjbatch_jax import _validate as v
 from mjbatch_jax import functions
 from mjbatch_jax.envs.state import Data, RowLayout
 from mjbatch_jax.params import Params
-from mjbatch_jax.simulator import Simulator
+from mjbatch_jax.simulator import MAX_THREADS, Simulator
 
 INSTALL_HINT = "MuJoCo Playground is not installed: pip install -e '.[playground]'"
 
@@ -388,6 +389,7 @@ def wrap(env: Any, num_threads: int = 0) -> Any:
   Example:
     env = playground.wrap(registry.load("CartpoleBalance", config_overrides={"impl": "jax"}))
   """
+  num_threads = _check_threads(num_threads)
   _, mjx_env, mjx = _playground()
   if not isinstance(env, mjx_env.MjxEnv):
     raise ValueError(f"env must be a MuJoCo Playground MjxEnv, got {type(env).__name__}")
@@ -539,7 +541,12 @@ def load(
     env = playground.load("Go1JoystickFlatTerrain")
     state = jax.jit(env.reset)(jax.random.PRNGKey(0))
   """
+  num_threads = _check_threads(num_threads)
   return wrap(load_mjx(name, config, config_overrides, menagerie), num_threads)
+
+
+def _check_threads(num_threads: Any) -> int:
+  return v.integer("num_threads", num_threads, low=0, high=MAX_THREADS)
 
 
 def load_mjx(
@@ -554,6 +561,12 @@ def load_mjx(
   Example:
     reference = playground.load_mjx("CartpoleBalance")
   """
+  if config_overrides is not None and not isinstance(config_overrides, Mapping):
+    raise ValueError(f"config_overrides must be a dict of flattened keys or None, got "
+                     f"{v.shown(config_overrides)}")
+  if menagerie is not None and (not isinstance(menagerie, (str, os.PathLike))
+                                or isinstance(menagerie, bytes)):
+    raise ValueError(f"menagerie must be a folder's path or None, got {v.shown(menagerie)}")
   registry, mjx_env, _ = _playground()
   all_envs = tuple(registry.ALL_ENVS)
   if not isinstance(name, str) or name not in all_envs:

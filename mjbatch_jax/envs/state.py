@@ -15,6 +15,7 @@ import jax.numpy as jnp
 import mujoco
 import numpy as np
 
+from mjbatch_jax._validate import shown
 from mjbatch_jax.layout import StateLayout
 from mjbatch_jax.params import Params
 
@@ -139,7 +140,12 @@ class Data:
         fields[name] = value
       elif name in names:
         start, stop, shape = self._layout.entry(name)
-        value = jnp.broadcast_to(jnp.asarray(value, dtype=row.dtype), (*lead, *shape))
+        try:
+          value = jnp.broadcast_to(jnp.asarray(value, dtype=row.dtype), (*lead, *shape))
+        except (TypeError, ValueError):
+          got = tuple(value.shape) if hasattr(value, "shape") else shown(value)
+          raise ValueError(f"{name} must be numbers of shape {(*lead, *shape)} (or broadcast to"
+                           f" it), got {got}") from None
         row = row.at[..., start:stop].set(value.reshape(*lead, stop - start))
       else:
         raise ValueError(

@@ -15,7 +15,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from mjbatch_jax.envs.env import Env, check_action
+from mjbatch_jax import _validate as v
+from mjbatch_jax.envs.env import Env, check_action, check_key
 from mjbatch_jax.envs.state import State
 from mjbatch_jax.params import Params
 
@@ -33,6 +34,10 @@ class Wrapper:
   """An env that forwards to the env it wraps; attributes it lacks are the wrapped env's."""
 
   def __init__(self, env: Any):
+    missing = [name for name in ("reset", "step") if not callable(getattr(env, name, None))]
+    if missing or not hasattr(env, "action_size"):
+      raise ValueError(f"env must be an env (reset, step, action_size: an mjbatch_jax.envs.Env "
+                       f"or a wrapper of one), got {v.shown(env)}")
     self.env = env
 
   def reset(self, rng: jax.Array) -> State:
@@ -82,15 +87,17 @@ class VmapWrapper(Wrapper):
 
   def __init__(self, env: Any, batch_size: int | None = None):
     super().__init__(env)
-    self.batch_size = None if batch_size is None else _positive_int("batch_size", batch_size)
+    self.batch_size = None if batch_size is None else v.integer("batch_size", batch_size, low=1)
 
   def reset(self, rng: jax.Array) -> State:
+    """A batch of first states: from (N,) keys, or from one key split into batch_size."""
+    check_key(rng, batched=self.batch_size is None)
     if self.batch_size is not None:
       rng = jax.random.split(rng, self.batch_size)
     return jax.vmap(self.env.reset)(rng)
 
   def step(self, state: State, action: jax.Array) -> State:
-    action = check_action(action, (*jnp.shape(state.done), self.env.action_size))
+    action = check_action(action, (*_batch_shape(state), self.env.action_size))
     return jax.vmap(self.env.step)(state, action)
 
 
@@ -111,8 +118,14 @@ class DomainRandomizationWrapper(Wrapper):
 
   def __init__(self, env: Any, randomization_fn: RandomizationFn, period: int | None = None):
     super().__init__(env)
+    if not callable(randomization_fn):
+      raise ValueError(f"randomization_fn must be a function (params, rng=key) -> params, got "
+                       f"{v.shown(randomization_fn)}")
+    if not hasattr(self.unwrapped, "default_params"):
+      raise ValueError(f"env must be an mjbatch_jax.envs.Env (its params are randomised), got "
+                       f"{type(self.unwrapped).__name__}")
     self._randomization_fn = randomization_fn
-    self._period = None if period is None else _positive_int("period", period, " or None")
+    self._period = None if period is None else v.integer("period", period, low=1)
 
   def _draw(self, rng: jax.Array) -> Params:
     default = self.unwrapped.default_params
@@ -125,6 +138,8 @@ class DomainRandomizationWrapper(Wrapper):
     return params
 
   def reset(self, rng: jax.Array) -> State:
+    check_key(rng, batched=True)
+
     def one(key: jax.Array) -> State:
       draw_key, env_key, next_key = jax.random.split(key, 3)
       with self.unwrapped.using_params(self._draw(draw_key)):
@@ -136,7 +151,7 @@ class DomainRandomizationWrapper(Wrapper):
     return jax.vmap(one)(rng)
 
   def step(self, state: State, action: jax.Array) -> State:
-    action = check_action(action, (*jnp.shape(state.done), self.env.action_size))
+    action = check_action(action, (*_batch_shape(state), self.env.action_size))
 
     def one(state: State, action: jax.Array) -> State:
       if self._period is not None:
@@ -163,8 +178,8 @@ class EpisodeWrapper(Wrapper):
 
   def __init__(self, env: Any, episode_length: int, action_repeat: int = 1):
     super().__init__(env)
-    self.episode_length = _positive_int("episode_length", episode_length)
-    self.action_repeat = _positive_int("action_repeat", action_repeat)
+    self.episode_length = v.integer("episode_length", episode_length, low=1)
+    self.action_repeat = v.integer("action_repeat", action_repeat, low=1)
 
   def reset(self, rng: jax.Array) -> State:
     state = self.env.reset(rng)
@@ -236,11 +251,16 @@ class AutoResetWrapper(Wrapper):
     return state.replace(data=data, obs=obs)
 
 
-def _positive_int(name: str, value: Any, alternative: str = "") -> int:
-  """value as a Python int >= 1 (numpy integers too); ValueError naming the argument otherwise."""
-  if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)) or value < 1:
-    raise ValueError(f"{name} must be an int >= 1{alternative}, got {value!r}")
-  return int(value)
+def _batch_shape(state: Any) -> tuple[int, ...]:
+  """The batch shape of a batched env's state (that of its done); ValueError if it has none."""
+  done = getattr(state, "done", None)
+  if done is None or not hasattr(done, "shape"):
+    raise ValueError(f"state must be the State of this env's reset or step, got "
+                     f"{type(state).__name__}")
+  if len(done.shape) != 1:
+    raise ValueError(f"state must be a batch of N envs' states (done of shape (N,)), got done of "
+                     f"shape {tuple(done.shape)}")
+  return tuple(done.shape)
 
 
 # The pmap axis of Brax's training agents: the arrays put here get the sharding that their pmap
@@ -288,14 +308,25 @@ def wrap_for_brax_training(
   Pass it as `wrap_env_fn` to `brax.training.agents.ppo.train` (and the other agents), which
   calls it with episode_length, action_repeat and randomization_fn (the one given to train, with
   its rng bound; ours passes rng again per env). Envs whose physics raised a bad-number warning
-  are done. It also supplies `jax.device_put_replicated` to Brax 0.14.2 where JAX lacks it
-  (`install_brax_compat`).
+  (a NaN action among them) are done. ValueError for sizes below 1 or not ints, or a
+  randomization_period without a randomization_fn. It also supplies `jax.device_put_replicated`
+  to Brax 0.14.2 where JAX lacks it (`install_brax_compat`).
 
   Example:
     make_policy, params, metrics = ppo.train(
       CartPoleBalance(), num_timesteps=1_000_000, episode_length=500, num_envs=1024,
       wrap_env_fn=wrap_for_brax_training)
   """
+  episode_length = v.integer("episode_length", episode_length, low=1)
+  action_repeat = v.integer("action_repeat", action_repeat, low=1)
+  if randomization_fn is not None and not callable(randomization_fn):
+    raise ValueError(f"randomization_fn must be a function (params, rng=key) -> params or None, "
+                     f"got {v.shown(randomization_fn)}")
+  if randomization_period is not None:
+    randomization_period = v.integer("randomization_period", randomization_period, low=1)
+    if randomization_fn is None:
+      raise ValueError("randomization_period needs randomization_fn: without it there is "
+                       "nothing to redraw")
   install_brax_compat()
   wrapped: Any = WarningWrapper(env)
   if randomization_fn is None:
