@@ -11,9 +11,12 @@ episodes and randomise its params. Brax is not needed: `wrap_for_brax_training` 
   state = jax.jit(env.step)(state, jnp.zeros((256, env.action_size)))
 """
 
+from typing import Any
+
+from mjbatch_jax.envs import state
 from mjbatch_jax.envs.cartpole import CARTPOLE_XML, CartPoleBalance
 from mjbatch_jax.envs.env import BAD_WARNINGS, Env, check_action
-from mjbatch_jax.envs.state import Data, RowLayout, State
+from mjbatch_jax.envs.state import Data, State
 from mjbatch_jax.envs.wrappers import (
   AutoResetWrapper,
   DomainRandomizationWrapper,
@@ -34,7 +37,6 @@ __all__ = [
   "DomainRandomizationWrapper",
   "Env",
   "EpisodeWrapper",
-  "RowLayout",
   "State",
   "VmapWrapper",
   "WarningWrapper",
@@ -43,3 +45,9 @@ __all__ = [
   "install_brax_compat",
   "wrap_for_brax_training",
 ]
+
+
+def __getattr__(name: str) -> Any:
+  if name == "RowLayout":  # deprecated: one release, then gone
+    return state.__getattr__(name)
+  raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

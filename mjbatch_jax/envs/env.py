@@ -17,7 +17,8 @@ import numpy as np
 
 from mjbatch_jax import _validate as v
 from mjbatch_jax import functions
-from mjbatch_jax.envs.state import Data, RowLayout, State
+from mjbatch_jax.envs.state import Data, State
+from mjbatch_jax.layout import StateLayout
 from mjbatch_jax.params import Params
 from mjbatch_jax.simulator import Simulator
 
@@ -154,7 +155,7 @@ class Env(abc.ABC):
     self._sim = Simulator(mj_model, num_threads)
     self._mj_model = self._sim.model
     self._n_substeps = int(n_substeps)
-    self._layout = RowLayout.of(self._mj_model)
+    self._layout = StateLayout.of(self._mj_model)
     self.observe = _names("observe", self.observe)
     self.param_fields = _names("param_fields", self.param_fields)
     if self.observe_at not in ("new", "step"):
@@ -183,7 +184,7 @@ class Env(abc.ABC):
     return self._sim
 
   @property
-  def layout(self) -> RowLayout:
+  def layout(self) -> StateLayout:
     return self._layout
 
   @property

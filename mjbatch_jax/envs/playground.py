@@ -57,7 +57,8 @@ from jax.core import Tracer
 
 from mjbatch_jax import _validate as v
 from mjbatch_jax import functions
-from mjbatch_jax.envs.state import Data, RowLayout
+from mjbatch_jax.envs.state import Data
+from mjbatch_jax.layout import StateLayout
 from mjbatch_jax.params import Params
 from mjbatch_jax.simulator import MAX_THREADS, Simulator
 
@@ -178,7 +179,7 @@ class _Physics:
   def __init__(self, mj_model: mujoco.MjModel, mjx_model: Any, num_threads: int):
     _, _, mjx = _playground()
     self.sim = Simulator(mj_model, num_threads)
-    self.layout = RowLayout.of(self.sim.model)
+    self.layout = StateLayout.of(self.sim.model)
     self.default_model = mjx_model
     self.observed: tuple[str, ...] | None = None  # None while fields are being discovered
     self.recorder: _Recorder | None = None

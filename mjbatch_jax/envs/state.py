@@ -6,56 +6,16 @@ Both classes are pytrees without flax, so they pass through jit, vmap, scan and 
 """
 
 import dataclasses
-import math
+import warnings
 from collections.abc import Mapping
 from typing import Any
 
 import jax
 import jax.numpy as jnp
-import mujoco
-import numpy as np
 
 from mjbatch_jax._validate import shown
 from mjbatch_jax.layout import StateLayout
 from mjbatch_jax.params import Params
-
-
-@dataclasses.dataclass(frozen=True)
-class RowLayout:
-  """Where MJX's names lie in a state row, with the shape MJX gives each; hashable.
-
-  A pytree's static part must be hashable, which StateLayout's slices are not on Python 3.11.
-
-    layout = RowLayout.of(model)
-    start, stop, shape = layout.entry("mocap_pos")   # e.g. 46, 49, (1, 3)
-  """
-
-  size: int
-  entries: tuple[tuple[str, int, int, tuple[int, ...]], ...]  # (name, start, stop, shape)
-
-  @classmethod
-  def of(cls, model: mujoco.MjModel) -> "RowLayout":
-    layout = StateLayout.of(model)
-    data = mujoco.MjData(model)
-    entries = []
-    for name in layout.names():
-      part = getattr(layout, name)
-      length = part.stop - part.start
-      shape = tuple(np.shape(getattr(data, name))) if hasattr(data, name) else (length,)
-      # A row stores some fields MjData keeps elsewhere or in another size; those read flat.
-      if math.prod(shape) != length:
-        shape = (length,)
-      entries.append((name, part.start, part.stop, shape))
-    return cls(size=layout.size, entries=tuple(entries))
-
-  def names(self) -> tuple[str, ...]:
-    return tuple(entry[0] for entry in self.entries)
-
-  def entry(self, name: str) -> tuple[int, int, tuple[int, ...]]:
-    for entry_name, start, stop, shape in self.entries:
-      if entry_name == name:
-        return start, stop, shape
-    raise KeyError(name)
 
 
 @jax.tree_util.register_pytree_node_class
@@ -83,7 +43,7 @@ class Data:
     params: Params,
     warnings: Any,
     fields: Mapping[str, Any],
-    layout: RowLayout,
+    layout: StateLayout,
   ):
     self.row = row
     self.params = params
@@ -92,7 +52,7 @@ class Data:
     self._layout = layout
 
   @property
-  def layout(self) -> RowLayout:
+  def layout(self) -> StateLayout:
     return self._layout
 
   @property
@@ -158,13 +118,13 @@ class Data:
     shapes = {name: getattr(value, "shape", None) for name, value in self._fields.items()}
     return f"Data(row={getattr(self.row, 'shape', None)}, fields={shapes}, params={self.params})"
 
-  def tree_flatten(self) -> tuple[tuple[Any, ...], tuple[RowLayout, tuple[str, ...]]]:
+  def tree_flatten(self) -> tuple[tuple[Any, ...], tuple[StateLayout, tuple[str, ...]]]:
     names = tuple(self._fields)
     children = (self.row, self.params, self.warnings, *(self._fields[n] for n in names))
     return children, (self._layout, names)
 
   @classmethod
-  def tree_unflatten(cls, aux: tuple[RowLayout, tuple[str, ...]], children: Any) -> "Data":
+  def tree_unflatten(cls, aux: tuple[StateLayout, tuple[str, ...]], children: Any) -> "Data":
     layout, names = aux
     row, params, warnings, *values = children
     return cls(row, params, warnings, dict(zip(names, values, strict=True)), layout)
@@ -213,3 +173,11 @@ jax.tree_util.register_dataclass(
   data_fields=["data", "obs", "reward", "done", "metrics", "info"],
   meta_fields=[],
 )
+
+
+def __getattr__(name: str) -> Any:
+  if name == "RowLayout":  # StateLayout is hashable now; RowLayout was its twin
+    warnings.warn("mjbatch_jax.envs.RowLayout is mjbatch_jax.StateLayout now; RowLayout will be "
+                  "removed in the next release", DeprecationWarning, stacklevel=2)
+    return StateLayout
+  raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
