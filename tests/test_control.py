@@ -437,7 +437,7 @@ def test_sampling_refuses_bad_input_before_any_custom_call(point, no_custom_call
           params=point.params(3, ("body_mass",)))
   planner = control.sampling(cost, params, horizon=10,
                              settings=control.SamplingSettings(num_samples=8, num_knots=4))
-  with pytest.raises(ValueError, match=r"start must be one state row"):
+  with pytest.raises(ValueError, match=r"state must be one state row"):
     planner.update(planner.init(), jnp.zeros(2), jax.random.PRNGKey(0))
   with pytest.raises(ValueError, match=r"horizon's 10 controls"):
     planner.init(jnp.zeros((9, 2)))

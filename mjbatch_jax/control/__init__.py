@@ -5,6 +5,7 @@
   result = control.ilqr(cost, sim.params(1), start, ctrls, nstep=4)
   planner = control.sampling(cost, sim.params(1), horizon=25, nstep=4)
   step = control.receding_horizon(planner, sim.params(1))   # one jitted control step
+  state, plan, info = step(state, plan, key)   # info: the planner's and the real step's
 
 See docs/control.md.
 """
@@ -12,7 +13,7 @@ See docs/control.md.
 from mjbatch_jax.control import splines
 from mjbatch_jax.control.cost import NORMS, Cost, Term, norm
 from mjbatch_jax.control.ilqr import ILQRResult, ILQRSettings, box_qp, ilqr, ilqr_gains, shift
-from mjbatch_jax.control.mpc import ILQRPlan, ilqr_planner, receding_horizon
+from mjbatch_jax.control.mpc import ILQRPlan, StepInfo, ilqr_planner, receding_horizon
 from mjbatch_jax.control.sampling import (
   METHODS,
   Planner,
@@ -36,6 +37,7 @@ __all__ = [
   "SamplingInfo",
   "SamplingPlan",
   "SamplingSettings",
+  "StepInfo",
   "Term",
   "box_qp",
   "cem_update",

@@ -13,6 +13,7 @@ import numpy as np
 from jax.core import Tracer
 
 from mjbatch_jax import _checks
+from mjbatch_jax import _validate as v
 from mjbatch_jax import functions as fn
 from mjbatch_jax.control import cost as cost_lib
 from mjbatch_jax.params import Params, SimSpec
@@ -31,9 +32,31 @@ def spec_of(params: Any) -> SimSpec:
 
 
 def check_count(name: str, value: Any, low: int = 1) -> int:
-  if not isinstance(value, int | np.integer) or isinstance(value, bool) or value < low:
-    raise ValueError(f"{name} must be an int >= {low}, got {value!r}")
-  return int(value)
+  return v.integer(name, value, low=low)
+
+
+def check_scalar(name: str, value: Any, low: float | None = None, *, low_open: bool = False,
+                 allow_inf: bool = False) -> Any:
+  """A number (a Python float), or a traced scalar, checked by its shape only: a gain or a
+  regularisation that a jitted loop carries (ILQRPlan.mu) may be traced."""
+  if isinstance(value, Tracer):
+    return v.array(name, value, shape=())
+  return v.number(name, value, low, low_open=low_open, allow_inf=allow_inf)
+
+
+def check_key(name: str, key: Any) -> Any:
+  """A PRNG key: a typed key (jax.random.key) or a raw uint32 one (jax.random.PRNGKey)."""
+  dtype = getattr(key, "dtype", None)
+  if isinstance(key, jax.Array | np.ndarray) and dtype is not None:
+    if jnp.issubdtype(dtype, jax.dtypes.prng_key) and key.shape == ():
+      return key
+    if dtype == np.uint32 and key.ndim == 1 and key.shape[0] >= 1:
+      return key
+    if jnp.issubdtype(dtype, jax.dtypes.prng_key):  # v.shown would read its values
+      raise ValueError(f"{name} must be one PRNG key (jax.random.key(seed) or "
+                       f"jax.random.PRNGKey(seed)), got keys of shape {tuple(key.shape)}")
+  raise ValueError(f"{name} must be one PRNG key (jax.random.key(seed) or "
+                   f"jax.random.PRNGKey(seed)), got {v.shown(key)}")
 
 
 def check_cost(cost: Any) -> cost_lib.Cost:
@@ -47,20 +70,23 @@ def check_cost(cost: Any) -> cost_lib.Cost:
   return cost._replace(terms=cost_lib.check_terms(cost.terms), observe=tuple(observe))
 
 
-def check_plan(name: str, ctrls: Any, nu: int) -> jax.Array:
-  """ctrls (T, nu) with T >= 1."""
-  ctrls = _checks.floating(name, ctrls)
+def check_plan(name: str, ctrls: Any, nu: int, finite: bool = False) -> jax.Array:
+  """ctrls (T, nu) with T >= 1; with finite, NaN and inf refused where the values are known."""
+  ctrls = v.array(name, ctrls)
   if ctrls.ndim != 2 or ctrls.shape[1] != nu:
     raise ValueError(f"{name} must be (T, nu={nu}) controls, got shape {ctrls.shape}")
   if ctrls.shape[0] < 1:
     raise ValueError(f"{name} has a horizon of 0 knots: a plan needs T >= 1 controls")
+  if finite:
+    v.array(name, ctrls, finite=True)
   return ctrls
 
 
-def check_start(start: Any, spec: SimSpec) -> jax.Array:
-  start = _checks.floating("start", start)
+def check_start(start: Any, spec: SimSpec, name: str = "start") -> jax.Array:
+  start = v.array(name, start)
   if start.shape != (spec.nstate,):
-    raise ValueError(f"start must be one state row of shape ({spec.nstate},), got {start.shape}")
+    raise ValueError(f"{name} must be one state row of shape ({spec.nstate},), got "
+                     f"{start.shape}")
   return start
 
 
@@ -75,19 +101,26 @@ def check_bounds(bounds: Any, spec: SimSpec, what: str = "bounds") -> tuple[jax.
     hi = np.where(limited, rng[:, 1], np.inf)
     return jnp.asarray(lo), jnp.asarray(hi)
   try:
+    if isinstance(bounds, str):
+      raise TypeError
     lo, hi = bounds
   except (TypeError, ValueError):
     raise ValueError(f"{what} must be a pair (lower, upper) of (nu={nu},) arrays or numbers, got "
-                     f"{bounds!r}") from None
-  lo = jnp.broadcast_to(_checks.floating(f"{what}[0]", lo), (nu,))
-  hi = jnp.broadcast_to(_checks.floating(f"{what}[1]", hi), (nu,))
-  if not isinstance(lo, Tracer) and not isinstance(hi, Tracer):
-    if np.any(np.isnan(np.asarray(lo))) or np.any(np.isnan(np.asarray(hi))):
-      raise ValueError(f"{what} must not hold NaN, got {lo} and {hi}")
-    bad = np.flatnonzero(np.asarray(lo) > np.asarray(hi))
+                     f"{v.shown(bounds)}") from None
+  concrete, given = is_concrete(lo, hi), (lo, hi)
+  lo = v.vector(f"{what}[0]", lo, nu, finite=True, allow_inf=True)
+  hi = v.vector(f"{what}[1]", hi, nu, finite=True, allow_inf=True)
+  if concrete:
+    # Their numbers as given: under a trace of the caller's, jnp.asarray makes even constants
+    # tracers, whose values _validate cannot see.
+    lo_values = np.broadcast_to(np.asarray(given[0], np.float64), (nu,))
+    hi_values = np.broadcast_to(np.asarray(given[1], np.float64), (nu,))
+    if np.any(np.isnan(lo_values)) or np.any(np.isnan(hi_values)):
+      raise ValueError(f"{what} must not hold NaN, got {v.shown(bounds)}")
+    bad = np.flatnonzero(lo_values > hi_values)
     if bad.size:
       raise ValueError(f"{what}: lower > upper for controls {bad.tolist()} (lower "
-                       f"{np.asarray(lo)[bad].tolist()}, upper {np.asarray(hi)[bad].tolist()})")
+                       f"{lo_values[bad].tolist()}, upper {hi_values[bad].tolist()})")
   return lo, hi
 
 

@@ -21,6 +21,8 @@ import jax.numpy as jnp
 import numpy as np
 from jax.core import Tracer
 
+from mjbatch_jax import _validate as v
+
 NORMS = ("quadratic", "huber", "l2", "smooth_abs")
 
 
@@ -28,17 +30,19 @@ class Term(NamedTuple):
   """A block of `size` consecutive residual entries, its weight and its norm.
 
   Norms of a block r with parameter p (MuJoCo MPC's names where it has them):
-    "quadratic": |r|^2 / 2.
+    "quadratic": |r|^2 / 2 (p unused, >= 0).
     "huber": |r|^2 / 2 while |r| <= p, then p (|r| - p / 2): quadratic near zero and linear
       beyond p, matched in value and slope, so one badly tracked block (a fall, a reach out of
-      range) does not dominate the quadratic model. p > 0.
-    "l2": sqrt(|r|^2 + p^2) - p (MJPC's kL2), smooth near zero for p > 0.
+      range) does not dominate the quadratic model. p > 0 (at p = 0 it would be 0 for every r).
+    "l2": sqrt(|r|^2 + p^2) - p (MJPC's kL2), smooth near zero for p > 0; |r| at p = 0.
     "smooth_abs": sum_i sqrt(r_i^2 + p^2) - p (MJPC's kSmoothAbsLoss), per entry. p > 0.
+  A parameter out of its norm's range, a NaN or an infinite one is refused (ValueError) where
+  the terms are checked (control.ilqr, control.sampling, control.norm).
 
   Attributes:
     size: how many residual entries the term covers.
-    weight: a number, or (T + 1,) values, one per knot (the last is the final state's): a
-      terminal weight, or a control term switched off at the final knot.
+    weight: a number >= 0, or (T + 1,) such values, one per knot (the last is the final
+      state's): a terminal weight, or a control term switched off at the final knot.
     norm: one of NORMS.
     param: the norm's parameter p.
   """
@@ -89,45 +93,53 @@ def _norm(name: str, r: jax.Array, p: float) -> jax.Array:
   raise ValueError(f"norm must be one of {NORMS}, got {name!r}")
 
 
+def check_param(name: str, value: Any, norm_name: str) -> Any:
+  """The parameter of norm norm_name as a Python float (a traced one by its shape only)."""
+  if isinstance(value, Tracer):
+    return v.array(name, value, shape=())
+  positive = norm_name in ("huber", "smooth_abs")
+  try:
+    return v.number(name, value, low=0.0, low_open=positive)
+  except ValueError:
+    need = "> 0" if positive else ">= 0"
+    raise ValueError(f"{name} must be finite and {need} for the {norm_name!r} norm, got "
+                     f"{v.shown(value)}") from None
+
+
 def check_terms(terms: Any) -> tuple[Term, ...]:
-  """The terms as a tuple, each checked: size, norm and parameter."""
+  """The terms as a tuple, each checked: size, norm and parameter (weights: see weights)."""
   if isinstance(terms, Term):
     terms = (terms,)
-  if not isinstance(terms, Sequence) or not terms:
-    raise ValueError(f"Cost.terms must be a non-empty sequence of control.Term, got {terms!r}")
+  if not isinstance(terms, Sequence) or isinstance(terms, str) or not terms:
+    raise ValueError("Cost.terms must be a non-empty sequence of control.Term, got "
+                     f"{v.shown(terms)}")
   out = []
   for i, term in enumerate(terms):
     if not isinstance(term, Term):
-      raise ValueError(f"Cost.terms[{i}] must be a control.Term, got {term!r}")
-    size = term.size
-    if not isinstance(size, int | np.integer) or isinstance(size, bool) or size < 1:
-      raise ValueError(f"Cost.terms[{i}].size must be an int >= 1, got {size!r}")
-    if term.norm not in NORMS:
-      raise ValueError(f"Cost.terms[{i}].norm must be one of {NORMS}, got {term.norm!r}")
-    p = term.param
-    if not np.isfinite(p) or p < 0 or (term.norm in ("huber", "smooth_abs") and p <= 0):
-      need = "> 0" if term.norm in ("huber", "smooth_abs") else ">= 0"
-      raise ValueError(f"Cost.terms[{i}].param must be finite and {need} for the {term.norm!r} "
-                       f"norm, got {p!r}")
-    out.append(term)
+      raise ValueError(f"Cost.terms[{i}] must be a control.Term, got {v.shown(term)}")
+    size = v.integer(f"Cost.terms[{i}].size", term.size, low=1)
+    name = v.one_of(f"Cost.terms[{i}].norm", term.norm, NORMS)
+    v.static(f"Cost.terms[{i}].param", term.param)  # the cost is a static argument of jit
+    param = check_param(f"Cost.terms[{i}].param", term.param, name)
+    out.append(term._replace(size=size, param=param))
   return tuple(out)
 
 
 def weights(terms: tuple[Term, ...], horizon: int) -> jax.Array:
-  """(T + 1, nterms) weight of each term at each knot."""
+  """(T + 1, nterms) weight of each term at each knot: numbers >= 0 (a traced weight is checked
+  by its shape only)."""
   columns = []
   for i, term in enumerate(terms):
-    w = term.weight
-    if isinstance(w, Tracer):
-      w = jnp.asarray(w)
-    else:
-      w = np.asarray(w, dtype=np.float64)
-      if w.shape not in ((), (horizon + 1,)):
-        raise ValueError(f"Cost.terms[{i}].weight must be a number or one value per knot "
-                         f"(shape ({horizon + 1},) for a horizon of {horizon}), got shape "
-                         f"{w.shape}")
-      if not np.all(np.isfinite(w)):
-        raise ValueError(f"Cost.terms[{i}].weight must be finite, got {term.weight!r}")
+    name = f"Cost.terms[{i}].weight"
+    w = v.array(name, term.weight)
+    if not isinstance(term.weight, Tracer):
+      # float64 as given (not JAX's weak type of a Python number), so the costs keep their dtype.
+      w = np.asarray(term.weight, dtype=np.float64)
+    if w.shape not in ((), (horizon + 1,)):
+      raise ValueError(f"{name} must be a number or one value per knot (shape ({horizon + 1},) "
+                       f"for a horizon of {horizon}), got shape {w.shape}")
+    if isinstance(w, np.ndarray) and not np.all(np.isfinite(w) & (w >= 0)):
+      raise ValueError(f"{name} must be finite and >= 0, got {v.shown(term.weight)}")
     columns.append(jnp.broadcast_to(w, (horizon + 1,)))
   return jnp.stack(columns, axis=-1)
 
@@ -152,8 +164,14 @@ def residual_size(terms: tuple[Term, ...]) -> int:
 
 
 def norm(name: str, r: Any, param: float = 0.0) -> jax.Array:
-  """The norm `name` (see Term) of blocks r (..., size): for costs written by hand."""
-  return _norm(name, jnp.asarray(r), param)
+  """The norm `name` (see Term) of blocks r (..., size): for costs written by hand.
+
+  param is the norm's p: > 0 for "huber" and "smooth_abs" (so it has no default there), >= 0
+  for the others; a traced param is checked by its shape only.
+  """
+  name = v.one_of("name", name, NORMS)
+  r = v.array("r", r, shape=(..., None))
+  return _norm(name, r, check_param("param", param, name))
 
 
 __all__ = ["NORMS", "Cost", "Term", "norm"]

@@ -24,7 +24,7 @@ at mu_max.
 """
 
 import functools
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any, NamedTuple
 
 import jax
@@ -32,6 +32,7 @@ import jax.numpy as jnp
 import mujoco
 import numpy as np
 
+from mjbatch_jax import _validate as v
 from mjbatch_jax import derivatives
 from mjbatch_jax import functions as fn
 from mjbatch_jax.control import _plumbing as pl
@@ -140,8 +141,9 @@ def ilqr(
     iterations: most iterations.
     bounds: (lower, upper) of the controls, numbers or (nu,) arrays; default: the model's
       ctrlrange where it is limited.
-    mu: the regularisation to start from (default settings.mu_init); a previous result's mu
-      warm-starts a receding-horizon solve.
+    mu: the regularisation to start from, a finite number >= 0 (default settings.mu_init); a
+      previous result's mu warm-starts a receding-horizon solve (a traced one is checked by its
+      shape only).
     settings: ILQRSettings (default: ILQRSettings()).
     verbose: print one line per iteration (jax.debug.print).
     accept: a guard the cost cannot express, or None: accept(states (T + 1, nstate), ctrls
@@ -163,13 +165,15 @@ def ilqr(
   cost, w, start, ctrls, lo, hi, nstep, settings = _prepare(cost, params, start, ctrls, nstep,
                                                             bounds, settings)
   iterations = pl.check_count("iterations", iterations, low=0)
-  mu0 = jnp.asarray(settings.mu_init if mu is None else mu, start.dtype)
+  verbose = v.flag("verbose", verbose)
+  mu = settings.mu_init if mu is None else pl.check_scalar("mu", mu, low=0.0)
+  mu0 = jnp.asarray(mu, start.dtype)
   if accept is not None:
     _check_accept(accept, start, ctrls)
   if pl.is_concrete(start, ctrls, params, w):
     _check_initial(cost, w, params, start, ctrls, nstep)
   return _solve(cost, w, params, start, ctrls, lo, hi, mu0, nstep, iterations, settings,
-                bool(verbose), accept)
+                verbose, accept)
 
 
 def ilqr_gains(
@@ -207,11 +211,14 @@ def ilqr_gains(
   """
   cost, w, start, ctrls, lo, hi, nstep, settings = _prepare(cost, params, start, ctrls, nstep,
                                                             bounds, settings)
-  mus = mu if isinstance(mu, jax.Array) else np.asarray(mu)  # a list of strings stays str
-  if mus.ndim != 1 or mus.shape[0] == 0 or not np.issubdtype(mus.dtype, np.number):
-    raise ValueError(f"mu must be a non-empty 1-D sequence of numbers, got shape {mus.shape} "
-                     f"of {mus.dtype}")
-  mus = jnp.asarray(mus, start.dtype)
+  want = "mu must be a non-empty 1-D sequence of numbers"
+  try:
+    mus = v.array("mu", mu)
+  except ValueError:
+    raise ValueError(f"{want}, got {v.shown(mu)}") from None
+  if mus.ndim != 1 or mus.shape[0] == 0:
+    raise ValueError(f"{want}, got shape {tuple(mus.shape)}")
+  mus = mus.astype(start.dtype)
   if pl.is_concrete(mus) and not bool(jnp.all(jnp.isfinite(mus) & (mus >= 0))):
     raise ValueError(f"mu must be finite and >= 0, got {np.asarray(mus)}")
   if pl.is_concrete(start, ctrls, params, w):
@@ -241,36 +248,53 @@ def _prepare(cost, params, start, ctrls, nstep, bounds, settings):
           nstep, settings)
 
 
-def shift(ctrls: jax.Array, knots: int = 1) -> jax.Array:
-  """ctrls (..., T, nu) moved `knots` earlier, the last control held: a receding-horizon warm
-  start."""
+def shift(ctrls: Any, knots: int = 1) -> jax.Array:
+  """ctrls (..., T, nu) moved `knots` (an int >= 0) earlier, the last control held: a
+  receding-horizon warm start. Beyond the horizon every control is the last one."""
+  ctrls = v.array("ctrls", ctrls, shape=(..., None, None))
+  knots = v.integer("knots", knots, low=0)
+  horizon = ctrls.shape[-2]
+  if horizon < 1:
+    raise ValueError(f"ctrls must hold T >= 1 controls (..., T, nu), got shape {ctrls.shape}")
   if knots == 0:
     return ctrls
+  knots = min(knots, horizon)  # more is the same plan: the last control throughout
   tail = jnp.repeat(ctrls[..., -1:, :], knots, axis=-2)
-  return jnp.concatenate([ctrls[..., knots:, :], tail], axis=-2)[..., -ctrls.shape[-2] :, :]
+  return jnp.concatenate([ctrls[..., knots:, :], tail], axis=-2)
 
 
 def _check_settings(settings: Any) -> ILQRSettings:
   if not isinstance(settings, ILQRSettings):
     raise ValueError(f"settings must be control.ILQRSettings, got {type(settings).__name__}")
-  steps = tuple(float(a) for a in settings.step_sizes)
-  if not steps or not all(np.isfinite(a) and a > 0 for a in steps):
-    raise ValueError(f"settings.step_sizes must be numbers > 0, got {settings.step_sizes!r}")
-  if not 0 <= settings.mu_min <= settings.mu_init <= settings.mu_max:
-    raise ValueError(f"settings need 0 <= mu_min <= mu_init <= mu_max, got {settings.mu_min}, "
-                     f"{settings.mu_init}, {settings.mu_max}")
-  if not (settings.mu_factor >= 1 and settings.mu_fail_factor > 1):
-    raise ValueError("settings.mu_factor must be >= 1 and mu_fail_factor > 1, got "
-                     f"{settings.mu_factor}, {settings.mu_fail_factor}")
-  pl.check_count("settings.max_retries", settings.max_retries, low=0)
-  pl.check_count("settings.boxqp_iterations", settings.boxqp_iterations)
-  if settings.linearization not in ("knot", "substeps"):
-    raise ValueError("settings.linearization must be 'knot' or 'substeps', got "
-                     f"{settings.linearization!r}")
-  if not (settings.eps > 0 and settings.tolerance >= 0):
-    raise ValueError(f"settings.eps must be > 0 and tolerance >= 0, got {settings.eps}, "
-                     f"{settings.tolerance}")
-  return settings._replace(step_sizes=steps)
+  for name in ILQRSettings._fields:
+    v.static(f"settings.{name}", getattr(settings, name))  # static: hashed by jit
+  steps = settings.step_sizes
+  if isinstance(steps, str) or not isinstance(steps, Sequence | np.ndarray) or not len(steps):
+    raise ValueError("settings.step_sizes must be a non-empty sequence of finite numbers > 0, "
+                     f"got {v.shown(steps)}")
+  steps = tuple(v.number(f"settings.step_sizes[{i}]", a, low=0.0, low_open=True)
+                for i, a in enumerate(steps))
+  mu_init = v.number("settings.mu_init", settings.mu_init)
+  mu_min = v.number("settings.mu_min", settings.mu_min)
+  mu_max = v.number("settings.mu_max", settings.mu_max, allow_inf=True)
+  if not 0 <= mu_min <= mu_init <= mu_max:
+    raise ValueError(f"settings need 0 <= mu_min <= mu_init <= mu_max, got {mu_min}, "
+                     f"{mu_init}, {mu_max}")
+  return settings._replace(
+    step_sizes=steps, mu_init=mu_init, mu_min=mu_min, mu_max=mu_max,
+    mu_factor=v.number("settings.mu_factor", settings.mu_factor, low=1.0),
+    trust_step=v.number("settings.trust_step", settings.trust_step, low=0.0),
+    distrust_step=v.number("settings.distrust_step", settings.distrust_step, low=0.0),
+    mu_fail_factor=v.number("settings.mu_fail_factor", settings.mu_fail_factor, low=1.0,
+                            low_open=True),
+    max_retries=v.integer("settings.max_retries", settings.max_retries, low=0),
+    tolerance=v.number("settings.tolerance", settings.tolerance, low=0.0),
+    eps=v.number("settings.eps", settings.eps, low=0.0, low_open=True),
+    boxqp_iterations=v.integer("settings.boxqp_iterations", settings.boxqp_iterations, low=1),
+    final_gains=v.flag("settings.final_gains", settings.final_gains),
+    linearization=v.one_of("settings.linearization", settings.linearization,
+                           ("knot", "substeps")),
+  )
 
 
 def _check_accept(accept: Any, start: jax.Array, ctrls: jax.Array) -> None:
@@ -400,7 +424,7 @@ def _solve(cost, w, params, start, ctrls, lo, hi, mu0, nstep, iterations, settin
       q_ux = l_ux + b.T @ va
       q_uu = l_uu + b.T @ v_xx @ b
       q_uu = 0.5 * (q_uu + q_uu.T)
-      k, gain, pd = box_qp(q_uu + mu * jnp.eye(q_uu.shape[0], dtype=q_uu.dtype), q_u, q_ux,
+      k, gain, pd = _box_qp(q_uu + mu * jnp.eye(q_uu.shape[0], dtype=q_uu.dtype), q_u, q_ux,
                            lo - u, hi - u, settings.boxqp_iterations)
       v_x = q_x + gain.T @ (q_uu @ k + q_u) + q_ux.T @ k
       v_xx = q_xx + gain.T @ q_uu @ gain + gain.T @ q_ux + q_ux.T @ gain
@@ -531,15 +555,40 @@ def _solve(cost, w, params, start, ctrls, lo, hi, mu0, nstep, iterations, settin
 # ----------------------------------------------------------------------------------- box QP
 
 
-def box_qp(h: jax.Array, g: jax.Array, h_xu: jax.Array, lower: jax.Array, upper: jax.Array,
-           iterations: int) -> tuple[jax.Array, jax.Array, jax.Array]:
+def box_qp(h: Any, g: Any, h_xu: Any, lower: Any, upper: Any, iterations: int
+           ) -> tuple[jax.Array, jax.Array, jax.Array]:
   """min 1/2 d'H d + g'd over lower <= d <= upper by projected Newton; and the feedback gain.
 
   As MuJoCo MPC's boxQP (Tassa et al. 2014): from the projection of the unconstrained solution,
   Newton steps on the free entries (those not at a bound that the gradient pushes against),
   each with a projected backtracking line search. The gain is -H_ff^-1 h_xu on the free rows, 0
-  on the clamped. h must be symmetric; returns (d, gain (m, n), whether h is positive definite).
+  on the clamped.
+
+  Args:
+    h: (m, m), symmetric.
+    g: (m,).
+    h_xu: (m, n).
+    lower, upper: (m,) or numbers, lower <= upper (infinite: no bound).
+    iterations: most Newton iterations, an int >= 0 (static).
+
+  Returns:
+    d (m,), gain (m, n) and whether h is positive definite.
   """
+  g = v.array("g", g, shape=(None,))
+  m = g.shape[0]
+  h = v.array("h", h, shape=(m, m))
+  h_xu = v.array("h_xu", h_xu, shape=(m, None))
+  lower = v.vector("lower", lower, m, finite=True, allow_inf=True)
+  upper = v.vector("upper", upper, m, finite=True, allow_inf=True)
+  if pl.is_concrete(lower, upper) and np.any(np.asarray(lower) > np.asarray(upper)):
+    raise ValueError(f"lower must be <= upper, got {v.shown(lower)} and {v.shown(upper)}")
+  iterations = v.integer("iterations", iterations, low=0)
+  return _box_qp(h, g, h_xu, lower, upper, iterations)
+
+
+def _box_qp(h: jax.Array, g: jax.Array, h_xu: jax.Array, lower: jax.Array, upper: jax.Array,
+            iterations: int) -> tuple[jax.Array, jax.Array, jax.Array]:
+  """box_qp on checked arguments (the backward pass's, at every knot)."""
   m = g.shape[0]
   eye = jnp.eye(m, dtype=h.dtype)
   pd = _positive_definite(h)
@@ -604,4 +653,4 @@ def _positive_definite(h: jax.Array) -> jax.Array:
   return ok
 
 
-__all__ = ["ILQRResult", "ILQRSettings", "box_qp", "ilqr", "shift"]
+__all__ = ["ILQRResult", "ILQRSettings", "box_qp", "ilqr", "ilqr_gains", "shift"]

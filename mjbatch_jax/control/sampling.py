@@ -17,13 +17,14 @@ costs infinity and the planning step goes on without it. The pure parts (`gaussi
 """
 
 import functools
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
+from mjbatch_jax import _validate as v
 from mjbatch_jax import functions as fn
 from mjbatch_jax.control import _plumbing as pl
 from mjbatch_jax.control import cost as cost_lib
@@ -36,37 +37,77 @@ METHODS = ("predictive", "mppi", "cem")
 # -- the updates, on any vectors ----------------------------------------------------------------
 
 
-def gaussian_samples(key: jax.Array, mean: jax.Array, std: jax.Array, num: int,
-                     lower: Any = -jnp.inf, upper: Any = jnp.inf) -> jax.Array:
+def gaussian_samples(key: Any, mean: Any, std: Any, num: int, lower: Any = -jnp.inf,
+                     upper: Any = jnp.inf) -> jax.Array:
   """(num, *mean.shape) draws mean + std * N(0, 1) clipped to [lower, upper]; draw 0 is mean.
 
-  Keeping the mean as a candidate makes a best-of update never worse than the mean.
+  Keeping the mean as a candidate makes a best-of update never worse than the mean. std >= 0,
+  lower and upper broadcast to mean's shape (lower <= upper; infinite: no bound); num >= 1.
   """
+  key = pl.check_key("key", key)
+  mean = v.array("mean", mean, finite=True)
+  std = _like_mean("std", std, mean.shape, finite=True, low=0.0)
+  num = v.integer("num", num, low=1)
+  lower = _like_mean("lower", lower, mean.shape, allow_inf=True)
+  upper = _like_mean("upper", upper, mean.shape, allow_inf=True)
+  if pl.is_concrete(lower, upper) and np.any(np.asarray(lower) > np.asarray(upper)):
+    raise ValueError(f"lower must be <= upper, got {v.shown(lower)} and {v.shown(upper)}")
+  return _gaussian_samples(key, mean, std, num, lower, upper)
+
+
+def _gaussian_samples(key, mean, std, num, lower, upper):
   noise = jax.random.normal(key, (num, *mean.shape), mean.dtype)
   draws = jnp.clip(mean + std * noise.at[0].set(0.0), lower, upper)
   return draws.at[0].set(jnp.clip(mean, lower, upper))
 
 
-def cem_update(mean: jax.Array, std: jax.Array, samples: jax.Array, costs: jax.Array,
-               num_elites: int, smoothing: float = 0.0, std_min: float = 0.0
-               ) -> tuple[jax.Array, jax.Array]:
+def cem_update(mean: Any, std: Any, samples: Any, costs: Any, num_elites: int,
+               smoothing: float = 0.0, std_min: float = 0.0) -> tuple[jax.Array, jax.Array]:
   """The cross-entropy step: mean and std moved to the num_elites cheapest samples'.
 
   new = smoothing * old + (1 - smoothing) * elites' statistic; std floored at std_min.
-  samples (K, ...) with costs (K,); infinite costs never become elites while finite ones remain.
+  samples (K, *mean.shape) with costs (K,); std broadcasts to mean's shape; num_elites in
+  [1, K]; smoothing in [0, 1); std_min >= 0. A NaN cost counts as infinite; infinite costs
+  never become elites while finite ones remain, and if no cost is finite, mean and std come back
+  unchanged (no candidate says where to go), as mppi_update and predictive sampling keep theirs.
   """
+  mean = v.array("mean", mean, finite=True)
+  std = _like_mean("std", std, mean.shape, finite=True, low=0.0)
+  samples = v.array("samples", samples, shape=(None, *mean.shape), finite=True)
+  costs = v.array("costs", costs, shape=(samples.shape[0],))
+  num_elites = v.integer("num_elites", num_elites, low=1, high=samples.shape[0])
+  smoothing = pl.check_scalar("smoothing", smoothing, low=0.0)
+  if not isinstance(smoothing, jax.Array) and smoothing >= 1:
+    raise ValueError(f"smoothing must be a finite number in [0, 1), got {smoothing}")
+  std_min = pl.check_scalar("std_min", std_min, low=0.0)
+  return _cem_update(mean, std, samples, costs, num_elites, smoothing, std_min)
+
+
+def _cem_update(mean, std, samples, costs, num_elites, smoothing=0.0, std_min=0.0):
+  costs = jnp.where(jnp.isnan(costs), jnp.inf, costs)
   _, top = jax.lax.top_k(-costs, num_elites)
   elites = samples[top]
   new_mean = smoothing * mean + (1 - smoothing) * elites.mean(axis=0)
-  new_std = smoothing * std + (1 - smoothing) * elites.std(axis=0)
-  return new_mean, jnp.maximum(new_std, std_min)
+  new_std = jnp.maximum(smoothing * std + (1 - smoothing) * elites.std(axis=0), std_min)
+  none = ~jnp.any(jnp.isfinite(costs))
+  return jnp.where(none, mean, new_mean), jnp.where(none, std, new_std)
 
 
-def mppi_update(samples: jax.Array, costs: jax.Array, temperature: float) -> jax.Array:
+def mppi_update(samples: Any, costs: Any, temperature: float) -> jax.Array:
   """The MPPI average of samples (K, ...) weighted by exp(-(cost - min) / temperature).
 
-  Infinite costs weigh nothing; if no cost is finite, returns samples[0].
+  costs (K,); temperature > 0. Non-finite costs weigh nothing; if no cost is finite, returns
+  samples[0].
   """
+  samples = v.array("samples", samples, finite=True)
+  if samples.ndim < 1 or samples.shape[0] < 1:
+    raise ValueError(f"samples must be (K, ...) with K >= 1, got shape {tuple(samples.shape)}")
+  costs = v.array("costs", costs, shape=(samples.shape[0],))
+  temperature = pl.check_scalar("temperature", temperature, low=0.0, low_open=True)
+  return _mppi_update(samples, costs, temperature)
+
+
+def _mppi_update(samples, costs, temperature):
   finite = jnp.isfinite(costs)
   best = jnp.min(jnp.where(finite, costs, jnp.inf))
   weights = jnp.where(finite, jnp.exp(-(costs - jnp.where(finite.any(), best, 0.0))
@@ -74,6 +115,22 @@ def mppi_update(samples: jax.Array, costs: jax.Array, temperature: float) -> jax
   total = jnp.sum(weights)
   average = jnp.tensordot(weights / jnp.where(total > 0, total, 1.0), samples, axes=1)
   return jnp.where(total > 0, average, samples[0])
+
+
+def _like_mean(name: str, x: Any, shape: tuple[int, ...], *, finite: bool = False,
+               allow_inf: bool = False, low: float | None = None) -> jax.Array:
+  """x as an array that broadcasts to shape (a number, or one value per entry)."""
+  x = v.array(name, x, finite=finite or allow_inf, allow_inf=allow_inf)
+  try:
+    fits = jnp.broadcast_shapes(x.shape, shape) == tuple(shape)
+  except ValueError:
+    fits = False
+  if not fits:
+    raise ValueError(f"{name} must be a number or broadcast to mean's shape {tuple(shape)}, got "
+                     f"shape {tuple(x.shape)}")
+  if low is not None and pl.is_concrete(x) and np.any(np.asarray(x) < low):
+    raise ValueError(f"{name} must be >= {low}, got {v.shown(x)}")
+  return x
 
 
 # -- planners over plans ------------------------------------------------------------------------
@@ -138,10 +195,11 @@ class Planner(NamedTuple):
   """A planner as pure functions (optax-like); see sampling() and ilqr_planner().
 
   Attributes:
-    init: (ctrls (T, nu) or None) -> plan state.
+    init: (ctrls (T, nu) or None) -> plan state; non-finite controls are refused.
     update: (plan, state (nstate,), key, params=None) -> (plan, info): one planning call;
       params (optional) replaces the planner's for this call (K rows: per-candidate domain
-      randomisation).
+      randomisation). update, controls and shift check the plan's type and shapes (and, where
+      they are known, that its values are finite).
     controls: plan -> (T, nu) controls.
     shift: (plan, n) -> the plan n controls later (receding horizon).
     horizon, nstep: T and the physics steps per control.
@@ -179,6 +237,7 @@ def sampling(cost: cost_lib.Cost, params: Params, *, horizon: int, nstep: int = 
     first = planner.controls(plan)[0]
   """
   settings = _check_settings(SamplingSettings() if settings is None else settings, horizon)
+  horizon = int(horizon)
   cost = pl.check_cost(cost)
   spec = pl.check_params_rows(params, (1, settings.num_samples))
   nstep = pl.check_count("nstep", nstep)
@@ -198,7 +257,7 @@ def sampling(cost: cost_lib.Cost, params: Params, *, horizon: int, nstep: int = 
     if ctrls is None:
       knots = jnp.broadcast_to(jnp.clip(0.0, lo, hi), (settings.num_knots, spec.nu))
     else:
-      ctrls = pl.check_plan("ctrls", ctrls, spec.nu)
+      ctrls = pl.check_plan("ctrls", ctrls, spec.nu, finite=True)
       if ctrls.shape[0] != horizon:
         raise ValueError(f"ctrls must have the horizon's {horizon} controls, got "
                          f"{ctrls.shape[0]}")
@@ -206,18 +265,30 @@ def sampling(cost: cost_lib.Cost, params: Params, *, horizon: int, nstep: int = 
       knots = jnp.linalg.lstsq(interp, ctrls)[0]
     return SamplingPlan(jnp.asarray(knots, lo.dtype), spread.astype(lo.dtype))
 
+  def checked(plan: Any) -> SamplingPlan:
+    if not isinstance(plan, SamplingPlan):
+      raise ValueError(f"plan must be a control.SamplingPlan (from planner.init), got "
+                       f"{type(plan).__name__}")
+    shape = (settings.num_knots, spec.nu)
+    return SamplingPlan(v.array("plan.knots", plan.knots, shape, finite=True),
+                        v.array("plan.std", plan.std, shape, finite=True))
+
   def update(plan: SamplingPlan, state: Any, key: Any, params_now: Params | None = None
              ) -> tuple[SamplingPlan, SamplingInfo]:
-    state = pl.check_start(state, spec)
+    plan = checked(plan)
+    state = pl.check_start(state, spec, "state")
+    key = pl.check_key("key", key)
     p = params if params_now is None else params_now
     if params_now is not None:
       pl.check_params_rows(params_now, (1, settings.num_samples))
     return _update(cost, w, p, state, plan, key, lo, hi, interp, spread, floor, nstep, settings)
 
   def controls(plan: SamplingPlan) -> jax.Array:
-    return jnp.clip(interp @ plan.knots, lo, hi)
+    return jnp.clip(interp @ checked(plan).knots, lo, hi)
 
   def shift(plan: SamplingPlan, n: int = 1) -> SamplingPlan:
+    plan = checked(plan)
+    n = v.integer("n", n, low=0)
     move = jnp.asarray(splines.shift_matrix(settings.num_knots, horizon, settings.interpolation,
                                             n))
     return SamplingPlan(move @ plan.knots, plan.std)
@@ -228,25 +299,32 @@ def sampling(cost: cost_lib.Cost, params: Params, *, horizon: int, nstep: int = 
 def _check_settings(settings: Any, horizon: int) -> SamplingSettings:
   if not isinstance(settings, SamplingSettings):
     raise ValueError(f"settings must be control.SamplingSettings, got {type(settings).__name__}")
-  if settings.method not in METHODS:
-    raise ValueError(f"settings.method must be one of {METHODS}, got {settings.method!r}")
+  for name in SamplingSettings._fields:
+    v.static(f"settings.{name}", getattr(settings, name))  # static: hashed by jit
+  method = v.one_of("settings.method", settings.method, METHODS)
   splines.check(settings.num_knots, horizon, settings.interpolation)
-  k = pl.check_count("settings.num_samples", settings.num_samples, low=2)
-  pl.check_count("settings.iterations", settings.iterations)
-  if settings.method == "cem" and not 1 <= settings.num_elites <= k:
-    raise ValueError(f"settings.num_elites must be in [1, num_samples={k}], got "
-                     f"{settings.num_elites}")
-  noise = np.asarray(settings.noise, dtype=np.float64)
-  if noise.shape not in ((), (settings.num_knots,)) or not np.all(np.isfinite(noise)) or np.any(
-      noise < 0):
-    raise ValueError(f"settings.noise must be a number >= 0 or num_knots={settings.num_knots} "
-                     f"of them, got {settings.noise!r}")
-  if not (settings.temperature > 0 and 0 <= settings.smoothing < 1 and settings.std_min >= 0
-          and settings.noise_decay > 0):
-    raise ValueError("settings need temperature > 0, 0 <= smoothing < 1, std_min >= 0 and "
-                     f"noise_decay > 0, got {settings}")
-  noise = settings.noise if noise.shape == () else tuple(float(v) for v in noise)
-  return settings._replace(noise=noise)
+  k = v.integer("settings.num_samples", settings.num_samples, low=2)
+  num_elites = v.integer("settings.num_elites", settings.num_elites, low=1)
+  if method == "cem" and num_elites > k:
+    raise ValueError(f"settings.num_elites must be in [1, num_samples={k}], got {num_elites}")
+  knots = int(settings.num_knots)
+  noise = settings.noise
+  if isinstance(noise, Sequence | np.ndarray) and not isinstance(noise, str):
+    if len(noise) != knots:
+      raise ValueError(f"settings.noise must be a number >= 0 or num_knots={knots} of them, got "
+                       f"{len(noise)} of them")
+    noise = tuple(v.number(f"settings.noise[{i}]", x, low=0.0) for i, x in enumerate(noise))
+  else:
+    noise = v.number("settings.noise", noise, low=0.0)
+  smoothing = v.number("settings.smoothing", settings.smoothing, low=0.0)
+  if smoothing >= 1:
+    raise ValueError(f"settings.smoothing must be a finite number in [0, 1), got {smoothing}")
+  return settings._replace(
+    method=method, num_samples=k, num_knots=knots, num_elites=num_elites, noise=noise,
+    noise_decay=v.number("settings.noise_decay", settings.noise_decay, low=0.0, low_open=True),
+    iterations=v.integer("settings.iterations", settings.iterations, low=1),
+    smoothing=smoothing, std_min=v.number("settings.std_min", settings.std_min, low=0.0),
+    temperature=v.number("settings.temperature", settings.temperature, low=0.0, low_open=True))
 
 
 @functools.partial(jax.jit, static_argnums=(0, 11, 12))
@@ -263,7 +341,7 @@ def _update(cost, w, params, start, plan, key, lo, hi, interp, spread, floor, ns
       states, _, obs, warnings, errors = fn.rollout(
         starts, ctrls, p, nstep=nstep, observe=cost.observe, return_warnings=True,
         return_errors=True)
-      obs = {f: jnp.concatenate([obs0[f][:, None], v], axis=1) for f, v in obs.items()}
+      obs = {f: jnp.concatenate([obs0[f][:, None], x], axis=1) for f, x in obs.items()}
     else:
       states, _, warnings, errors = fn.rollout(starts, ctrls, p, nstep=nstep,
                                                return_warnings=True, return_errors=True)
@@ -276,14 +354,14 @@ def _update(cost, w, params, start, plan, key, lo, hi, interp, spread, floor, ns
     knots, std = carry
     i, subkey = inputs
     scale = std if settings.method == "cem" else spread * settings.noise_decay**i
-    candidates = gaussian_samples(subkey, knots, scale, k, lo, hi)
+    candidates = _gaussian_samples(subkey, knots, scale, k, lo, hi)
     costs = evaluate(candidates)
     if settings.method == "predictive":
       knots = candidates[jnp.argmin(costs)]
     elif settings.method == "mppi":
-      knots = mppi_update(candidates, costs, settings.temperature)
+      knots = _mppi_update(candidates, costs, settings.temperature)
     else:
-      knots, std = cem_update(knots, std, candidates, costs, settings.num_elites,
+      knots, std = _cem_update(knots, std, candidates, costs, settings.num_elites,
                               settings.smoothing)
       std = jnp.maximum(std, floor)
     finite = jnp.isfinite(costs)

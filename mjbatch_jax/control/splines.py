@@ -12,13 +12,18 @@ any batch of plans are W @ knots: one matmul under jit, whatever the batch.
 Beyond the last knot the last value holds (what a shifted plan sees at its end).
 """
 
+from typing import Any
+
 import numpy as np
+
+from mjbatch_jax import _validate as v
 
 INTERPOLATIONS = ("zero", "linear", "cubic")
 
 
 def knot_times(num_knots: int, horizon: int, kind: str) -> np.ndarray:
   """(P,) the knots' times, in controls (t = 0 .. T - 1)."""
+  check(num_knots, horizon, kind)
   if kind == "zero":
     return np.arange(num_knots) * horizon / num_knots
   if num_knots == 1:
@@ -26,11 +31,19 @@ def knot_times(num_knots: int, horizon: int, kind: str) -> np.ndarray:
   return np.arange(num_knots) * (horizon - 1) / (num_knots - 1)
 
 
-def matrix(num_knots: int, horizon: int, kind: str, times: np.ndarray | None = None
-           ) -> np.ndarray:
-  """(len(times), P) weights of the knots at times (default: the T controls 0 .. T - 1)."""
+def matrix(num_knots: int, horizon: int, kind: str, times: Any = None) -> np.ndarray:
+  """(len(times), P) weights of the knots at times (default: the T controls 0 .. T - 1).
+
+  times: (n,) finite times in controls, known (numpy, not traced); before 0 the first value
+  holds, beyond the last knot the last.
+  """
   check(num_knots, horizon, kind)
-  tau = np.arange(horizon, dtype=np.float64) if times is None else np.asarray(times, np.float64)
+  if times is None:
+    tau = np.arange(horizon, dtype=np.float64)
+  else:
+    v.static("times", times)
+    v.array("times", times, shape=(None,), finite=True)
+    tau = np.asarray(times, np.float64)
   out = np.zeros((len(tau), num_knots))
   rows = np.arange(len(tau))
   if kind == "zero" or num_knots == 1:
@@ -63,16 +76,16 @@ def matrix(num_knots: int, horizon: int, kind: str, times: np.ndarray | None = N
 
 
 def shift_matrix(num_knots: int, horizon: int, kind: str, controls: float) -> np.ndarray:
-  """(P, P): the knots of the same plan started `controls` later (the last value held)."""
+  """(P, P): the knots of the same plan started `controls` (a number >= 0) later (the last value
+  held)."""
+  controls = v.number("controls", controls, low=0.0)
   return matrix(num_knots, horizon, kind, knot_times(num_knots, horizon, kind) + controls)
 
 
 def check(num_knots: int, horizon: int, kind: str) -> None:
-  if kind not in INTERPOLATIONS:
-    raise ValueError(f"interpolation must be one of {INTERPOLATIONS}, got {kind!r}")
-  for name, value in (("horizon", horizon), ("num_knots", num_knots)):
-    if not isinstance(value, int | np.integer) or isinstance(value, bool) or value < 1:
-      raise ValueError(f"{name} must be an int >= 1, got {value!r}")
+  v.one_of("interpolation", kind, INTERPOLATIONS)
+  horizon = v.integer("horizon", horizon, low=1)
+  num_knots = v.integer("num_knots", num_knots, low=1)
   if num_knots > horizon:
     raise ValueError(f"num_knots ({num_knots}) must be at most the horizon ({horizon} "
                      "controls): a plan has no more knots than controls")
