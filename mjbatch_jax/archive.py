@@ -11,8 +11,6 @@ the file and what is wrong with it, whatever numpy, zipfile or json raised under
 import json
 import os
 import tempfile
-import zipfile
-import zlib
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -50,33 +48,55 @@ def read(path: str | Path, *, header_key: str = HEADER, what: str = "an archive"
          ) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
   """(arrays by name, header) of a file that write made; ValueError saying why it cannot be read.
 
+  The file is untrusted input: whatever the parsers raise on it (BadZipFile, EOFError, zlib's
+  errors, RecursionError of a deeply nested JSON, ...) is a ValueError naming the file, and every
+  member's checksum is checked, since numpy reads a member without zip's CRC check (a flipped
+  byte in the weights would load as another weight).
+
   what: how the message names the kind of file expected ("a PPO checkpoint").
   """
   path = Path(path)
   if not path.is_file():
     raise ValueError(f"no file {path} ({what} expected there)")
+
+  def bad(why: str) -> ValueError:
+    return ValueError(f"{path} is not {what}: {why}")
+
   try:
     saved = np.load(path, allow_pickle=False)
-    if not isinstance(saved, np.lib.npyio.NpzFile):
-      raise ValueError("a single .npy array, not an .npz archive")
-    with saved:
-      arrays = {key: saved[key] for key in saved.files}
-  except (OSError, ValueError, EOFError, KeyError, zipfile.BadZipFile, zlib.error) as e:
-    raise ValueError(f"{path} is not {what} (an .npz archive that numpy can read): "
-                     f"{type(e).__name__}: {e}") from None
-  if header_key not in arrays:
-    raise ValueError(f"{path} is not {what}: it has no {header_key!r} header")
-  raw = arrays.pop(header_key)
+  except Exception as e:
+    raise bad(f"not an .npz archive ({type(e).__name__}: {e})") from None
+  if not isinstance(saved, np.lib.npyio.NpzFile):
+    raise bad("a single .npy array, not an .npz archive")
+  arrays: dict[str, np.ndarray] = {}
+  with saved:
+    try:
+      corrupted = saved.zip.testzip() if saved.zip is not None else None
+    except Exception as e:
+      raise bad(f"a corrupted .npz archive ({type(e).__name__}: {e})") from None
+    if corrupted is not None:
+      raise bad(f"a corrupted .npz archive: {corrupted!r} fails its CRC check")
+    for key in saved.files:
+      try:
+        arrays[key] = saved[key]
+      except Exception as e:
+        raise bad(f"its array {key!r} cannot be read ({type(e).__name__}: {e})") from None
+      if not isinstance(arrays[key], np.ndarray):  # numpy hands back a non-.npy member's bytes
+        raise bad(f"its member {key!r} is not a .npy array")
+  raw = arrays.pop(header_key, None)
+  if raw is None:
+    raise bad(f"no {header_key} header (an .npz archive of something else)")
   if raw.shape != () or raw.dtype.kind != "U":
-    raise ValueError(f"{path} is not {what}: its header is a {raw.dtype} array of shape "
-                     f"{raw.shape}, not one JSON string")
+    raise bad(f"its {header_key} header must be a JSON string, got a {raw.dtype} array of "
+              f"shape {raw.shape}")
   try:
     header = json.loads(str(raw))
-  except ValueError as e:
-    raise ValueError(f"{path} is not {what}: its header is not JSON ({e})") from None
+  except (ValueError, RecursionError) as e:
+    raise bad(f"its {header_key} header is not JSON ({type(e).__name__}: {e})") from None
   if not isinstance(header, dict):
-    raise ValueError(f"{path} is not {what}: its header is a JSON {type(header).__name__}, "
-                     "not an object")
+    text = repr(header)
+    raise bad(f"its {header_key} header must be a JSON object, got "
+              f"{text if len(text) <= 80 else text[:77] + '...'}")
   return arrays, header
 
 

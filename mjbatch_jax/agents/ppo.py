@@ -28,7 +28,6 @@ import dataclasses
 import difflib
 import functools
 import inspect
-import json
 import math
 import os
 import time
@@ -40,6 +39,7 @@ import jax
 import numpy as np
 
 from mjbatch_jax import _validate as v
+from mjbatch_jax import archive
 from mjbatch_jax.envs.wrappers import wrap_for_brax_training
 
 BRAX_MISSING = "Brax is not installed: `pip install -e '.[rl]'` adds brax 0.14 for training"
@@ -241,19 +241,9 @@ def _checkpoint_path(name: str, path: Any) -> Path:
 
 
 def _check_writable(path: Path) -> None:
-  """ValueError naming path unless a checkpoint can be written there, as _save writes it: its
-  folder made if missing, and its temporary file created and removed."""
-  if path.is_dir():
-    raise ValueError(f"checkpoint {path} is a folder: name an .npz file in it")
-  tmp = _temporary(path)
-  try:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with open(tmp, "wb"):
-      pass
-    tmp.unlink()
-  except OSError as e:
-    raise ValueError(f"checkpoint {path} cannot be written ({type(e).__name__}: {e}): fix the "
-                     "path before training, rather than after its first period") from None
+  """ValueError naming path unless a checkpoint can be written there: checked before training,
+  rather than after its first period."""
+  archive.check_writable(path, what="checkpoint")
 
 
 def train(
@@ -442,30 +432,13 @@ def _named_leaves(tree: Any) -> dict[str, Any]:
   return {jax.tree_util.keystr(path): leaf for path, leaf in flat}
 
 
-def _temporary(path: Path) -> Path:
-  return path.with_name(path.name + ".tmp.npz")
-
-
 def _save(path: Path, params: Any, network: Mapping[str, Any] | None, curve: list[Progress],
           learning_rate: float | None) -> None:
-  meta = {"format": CHECKPOINT_FORMAT, "network": _plain(network or {}),
+  meta = {"format": CHECKPOINT_FORMAT, "network": network or {},
           "iteration": curve[-1].iteration, "learning_rate": learning_rate,
           "curve": [p.row() for p in curve]}
-  arrays: dict[str, Any] = {f"param{name}": np.asarray(leaf)
-                            for name, leaf in _named_leaves(params).items()}
-  arrays["__meta__"] = np.array(json.dumps(meta))
-  path.parent.mkdir(parents=True, exist_ok=True)
-  tmp = _temporary(path)  # never a half-written checkpoint
-  np.savez(tmp, **arrays)
-  tmp.replace(path)
-
-
-def _plain(value: Any) -> Any:
-  if isinstance(value, Mapping):
-    return {str(k): _plain(item) for k, item in value.items()}
-  if isinstance(value, (list, tuple)):
-    return [_plain(item) for item in value]
-  return value
+  arrays = {f"param{name}": np.asarray(leaf) for name, leaf in _named_leaves(params).items()}
+  archive.write(path, arrays, meta, header_key="__meta__")  # never a half-written checkpoint
 
 
 def _nonfinite(arrays: Mapping[str, Any]) -> str | None:
@@ -501,45 +474,12 @@ def read_checkpoint(path: str | Path) -> tuple[dict[str, np.ndarray], dict[str, 
   if not path.is_file():
     raise ValueError(f"no checkpoint at {path}: train first (or without --resume)")
 
-  def bad(why: str) -> ValueError:
-    return ValueError(f"{path} is not a valid checkpoint of mjbatch_jax.agents.ppo: {why}")
+  what = "a valid checkpoint of mjbatch_jax.agents.ppo"
 
-  # The file is untrusted input: whatever the parsers raise on it (BadZipFile, EOFError,
-  # zlib.error, RecursionError of a deep JSON, ...) means it cannot be read as a checkpoint.
-  try:
-    saved = np.load(path, allow_pickle=False)
-  except Exception as e:
-    raise bad(f"not an .npz archive ({type(e).__name__}: {e})") from None
-  if not isinstance(saved, np.lib.npyio.NpzFile):
-    raise bad(f"a single .npy array ({v.shown(saved)}), not an .npz archive")
-  arrays: dict[str, np.ndarray] = {}
-  with saved:
-    # NumPy reads a member's bytes without zip's CRC check: a flipped byte in the weights would
-    # load as another weight. testzip checks every member's CRC.
-    try:
-      corrupted = saved.zip.testzip() if saved.zip is not None else None
-    except Exception as e:
-      raise bad(f"a corrupted .npz archive ({type(e).__name__}: {e})") from None
-    if corrupted is not None:
-      raise bad(f"a corrupted .npz archive: {corrupted!r} fails its CRC check")
-    for key in saved.files:
-      try:
-        arrays[key] = saved[key]
-      except Exception as e:
-        raise bad(f"its array {key!r} cannot be read ({type(e).__name__}: {e})") from None
-      if not isinstance(arrays[key], np.ndarray):  # NumPy hands back a non-.npy member's bytes
-        raise bad(f"its member {key!r} is not a .npy array")
-  header = arrays.pop("__meta__", None)
-  if header is None:
-    raise bad("no __meta__ header (an .npz archive of something else)")
-  if header.dtype.kind != "U" or header.shape != ():
-    raise bad(f"its __meta__ header must be a JSON string, got {v.shown(header)}")
-  try:
-    meta = json.loads(str(header))
-  except (ValueError, RecursionError) as e:
-    raise bad(f"its __meta__ header is not JSON ({type(e).__name__}: {e})") from None
-  if not isinstance(meta, dict):
-    raise bad(f"its __meta__ header must be a JSON object, got {v.shown(meta)}")
+  def bad(why: str) -> ValueError:
+    return ValueError(f"{path} is not {what}: {why}")
+
+  arrays, meta = archive.read(path, header_key="__meta__", what=what)
   if meta.get("format") != CHECKPOINT_FORMAT:
     raise bad(f"format {meta.get('format')!r}, not {CHECKPOINT_FORMAT!r}")
   _check_meta(meta, bad)
@@ -624,8 +564,8 @@ def _load(path: Path, environment: Any, network: Mapping[str, Any] | None) -> tu
   """The checkpoint's params as this env's networks take them, after checking every array's
   name, shape and dtype against them."""
   arrays, meta = read_checkpoint(path)
-  if network is not None and _plain(network) != meta["network"]:
-    raise ValueError(f"{path} holds networks {meta['network']}, not the {_plain(network)} "
+  if network is not None and archive.plain(network) != meta["network"]:
+    raise ValueError(f"{path} holds networks {meta['network']}, not the {archive.plain(network)} "
                      "asked for")
   try:
     _, template = _template(environment, meta["network"])
