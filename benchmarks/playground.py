@@ -31,6 +31,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from _common import (  # noqa: E402
   RESULTS,
+  SHARED_MODELS,
   Stopwatch,
   cpu_times,
   interleaved,
@@ -41,6 +42,10 @@ from _common import (  # noqa: E402
   wall_times,
   write_result,
 )
+
+# Playground's locomotion envs read Menagerie's robots: the shared models stand in for a checkout.
+if SHARED_MODELS.is_dir():
+  os.environ.setdefault("MJBATCH_JAX_MENAGERIE", str(SHARED_MODELS))
 
 LOCOMOTION = ("Go1JoystickFlatTerrain", "Go1JoystickRoughTerrain", "Go1Getup", "Go1Handstand",
               "G1JoystickFlatTerrain")

@@ -32,7 +32,19 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _common import RESULTS, Stopwatch, machine_info, pyplot, save_figure, write_result  # noqa: E402
+from _common import (  # noqa: E402
+  RESULTS,
+  SHARED_MODELS,
+  Stopwatch,
+  machine_info,
+  pyplot,
+  save_figure,
+  write_result,
+)
+
+# Playground's locomotion envs read Menagerie's robots: the shared models stand in for a checkout.
+if SHARED_MODELS.is_dir():
+  os.environ.setdefault("MJBATCH_JAX_MENAGERIE", str(SHARED_MODELS))
 
 PHYSICS = ("mjbatch_jax", "mjx")
 

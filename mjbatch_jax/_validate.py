@@ -41,6 +41,8 @@ def shown(value: Any) -> str:
   """value as a message shows it: numpy scalars as Python numbers, arrays by shape and dtype."""
   if isinstance(value, Tracer):
     return f"a traced {value.dtype} array of shape {tuple(value.shape)}"
+  if isinstance(value, jax.Array) and jnp.issubdtype(value.dtype, jax.dtypes.prng_key):
+    return f"PRNG keys of shape {tuple(value.shape)}"  # their values cannot be read as numbers
   if isinstance(value, np.generic):
     value = value.item()
   if isinstance(value, (np.ndarray, jax.Array)):
@@ -136,6 +138,10 @@ def array(
   """
   if isinstance(x, str) or x is None:
     raise ValueError(f"{name} must be {_array_kind(dtype)}, got {shown(x)}")
+  # Whether the values are known is decided on the input: inside a trace jnp.asarray makes even
+  # a numpy constant a tracer, and its values would go unchecked.
+  given = x
+  concrete = not isinstance(x, Tracer)
   if isinstance(x, (np.ndarray, jax.Array, np.generic)):  # tracers too: no copy to the host
     source_kind = np.dtype(x.dtype).kind
   else:
@@ -161,14 +167,49 @@ def array(
     raise ValueError(f"{name} must be integers, got {x.dtype}")
   if shape is not None and not matches(x.shape, shape):
     raise ValueError(f"{name} must have shape {pattern(shape)}, got {tuple(x.shape)}")
-  if finite and not isinstance(x, Tracer) and x.size:
-    values = np.asarray(x)
+  if finite and concrete and x.size:
+    values = np.asarray(given, dtype=np.result_type(np.asarray(given).dtype, np.float32))
     bad = np.isnan(values) if allow_inf else ~np.isfinite(values)
     if np.any(bad):
       first = tuple(int(i) for i in np.argwhere(bad)[0])
       what = "NaN" if allow_inf else "NaN or inf"
       raise ValueError(f"{name} must not hold {what}: {values[first]} at index {first}")
   return x
+
+
+def key(name: str, value: Any, batched: bool = False) -> Any:
+  """value, one PRNG key (typed, jax.random.key, or raw uint32, jax.random.PRNGKey), or with
+  batched a batch (N,) of them; shapes only, so that it runs at trace time."""
+  static(f"whether {name} is batched", batched)
+  lead = 1 if batched else 0
+  dtype = getattr(value, "dtype", None)
+  if isinstance(value, (jax.Array, np.ndarray)) and dtype is not None:
+    shape = tuple(value.shape)
+    if jnp.issubdtype(dtype, jax.dtypes.prng_key):
+      if len(shape) == lead:
+        return value
+      got = f"keys of shape {shape}"
+    elif dtype == np.uint32 and shape[lead:] == _raw_key_shape() and len(shape) == lead + 1:
+      return value
+    else:
+      got = f"a {dtype} array of shape {shape}"
+  else:
+    got = shown(value)
+  want = ("a batch (N,) of PRNG keys, as jax.random.split(key, N) makes" if batched else
+          "one PRNG key (jax.random.key(seed) or jax.random.PRNGKey(seed))")
+  raise ValueError(f"{name} must be {want}, got {got}")
+
+
+def _raw_key_shape() -> tuple[int, ...]:
+  """The shape of one raw key (jax.random.PRNGKey) of the configured PRNG implementation."""
+  impl = str(getattr(jax.config, "jax_default_prng_impl"))  # noqa: B009
+  shape = _RAW_KEY_SHAPES.get(impl)
+  if shape is None:
+    shape = _RAW_KEY_SHAPES[impl] = tuple(jax.eval_shape(jax.random.PRNGKey, 0).shape)
+  return shape
+
+
+_RAW_KEY_SHAPES: dict[str, tuple[int, ...]] = {}
 
 
 def vector(name: str, x: Any, size: int, **kwargs: Any) -> jax.Array:

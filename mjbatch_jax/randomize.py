@@ -1,7 +1,6 @@
 """Domain randomisation and nested replacement: small pure functions over Params and pytrees."""
 
 import dataclasses
-import functools
 from collections.abc import Mapping
 from typing import Any
 
@@ -85,27 +84,8 @@ def randomize(
 
 
 def _check_key(key: Any) -> None:
-  """ValueError unless key is one JAX random key: a typed key, or a raw uint32 one (PRNGKey)."""
-  dtype, shape = getattr(key, "dtype", None), tuple(getattr(key, "shape", ()))
-  if dtype is not None and jnp.issubdtype(dtype, jax.dtypes.prng_key):
-    if shape != ():
-      raise ValueError(f"key must be one random key, got an array of keys of shape {shape}: "
-                       "randomize draws every entry of every leaf from one key")
-    return
-  # getattr: the flag's attribute is made at run time, unknown to type checkers.
-  impl = str(getattr(jax.config, "jax_default_prng_impl"))  # noqa: B009
-  if isinstance(key, (jax.Array, np.ndarray)) and dtype == np.uint32 \
-      and shape == _raw_key_shape(impl):
-    return
-  raise ValueError("key must be a JAX random key (jax.random.key(seed) or "
-                   f"jax.random.PRNGKey(seed)), got {_validate.shown(key)}")
-
-
-@functools.cache
-def _raw_key_shape(impl: str) -> tuple[int, ...]:
-  """The shape of a raw key (jax.random.PRNGKey) of the PRNG implementation named."""
-  del impl  # the cache's key: the shape follows the configured implementation
-  return tuple(jax.eval_shape(jax.random.PRNGKey, 0).shape)
+  """ValueError unless key is one JAX random key: randomize draws every entry from one key."""
+  _validate.key("key", key)
 
 
 def _check_bounds(name: str, how: str, bounds: Any, leaf: tuple[int, ...]) -> None:

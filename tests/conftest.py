@@ -21,6 +21,11 @@ settings.register_profile(
   suppress_health_check=(HealthCheck.function_scoped_fixture, HealthCheck.too_slow))
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "quick"))
 
+# Playground's locomotion envs read Menagerie's robots: the shared models' folder stands in for a
+# Menagerie checkout (the library names no folder of this repository; envs/menagerie.py).
+if MODELS_DIR.is_dir():
+  os.environ.setdefault("MJBATCH_JAX_MENAGERIE", str(MODELS_DIR))
+
 
 @pytest.fixture(scope="session")
 def models_dir() -> Path:

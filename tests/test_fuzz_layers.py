@@ -234,13 +234,13 @@ CHECK_GRADS = [
 
 RANDOMIZE = [
   ("randomize key an int", "mjbatch_jax.randomize(0, params, uniform={'body_mass': (1, 2)})",
-   _raises(r"^key must be a JAX random key")),
+   _raises(r"^key must be one PRNG key")),
   ("randomize key a batch",
    "mjbatch_jax.randomize(jax.random.split(key, 3), params, uniform={'body_mass': (1, 2)})",
-   _raises(r"^key must be one random key, got an array of keys of shape \(3,\)")),
+   _raises(r"^key must be one PRNG key .*got keys of shape \(3,\)")),
   ("randomize key floats",
    "mjbatch_jax.randomize(jnp.zeros(2), params, uniform={'body_mass': (1, 2)})",
-   _raises(r"^key must be a JAX random key")),
+   _raises(r"^key must be one PRNG key")),
   ("randomize raw key", textwrap.dedent("""
     out = mjbatch_jax.randomize(jax.random.PRNGKey(1), params, uniform={'body_mass': (1, 2)})
     assert out['body_mass'].shape == params['body_mass'].shape

@@ -119,8 +119,8 @@ assert w.ctrls.shape == (3, 30, 1) and w.starts.shape == (3, states.shape[1])
   ("Problem numpy scalars", """
 p = sysid.Problem(parameters, residual, nstep=np.int64(2), max_step=np.float32(1.5),
                   dampings=np.array([0.0, 1e-4], np.float32), eps=np.float32(1e-6))
-assert sysid.problem._options(p) == (2, (0.0, float(np.float32(1e-4))), 1.5, float(np.float32(1e-6)),
-                             None)
+assert sysid.problem._options(p) == (2, (0.0, float(np.float32(1e-4))), 1.5,
+                                     float(np.float32(1e-6)), None)
 """, OK),
   ("Problem nstep float", "sysid.Problem(parameters, residual, nstep=1.5)",
    refused(r"problem.nstep must be an int in \[1, 2147483647\], got 1.5")),

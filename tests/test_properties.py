@@ -288,7 +288,7 @@ def test_randomize_refuses_bounds_that_do_not_fit_the_leaf(params, shape):
 @given(key=st.sampled_from([0, np.int64(3), "key", None, 1.5, np.zeros(2), np.zeros(2, np.int32),
                             np.zeros(3, np.uint32)]))
 def test_randomize_refuses_what_is_no_random_key(params, key):
-  with pytest.raises(ValueError, match=r"^key must be a JAX random key"):
+  with pytest.raises(ValueError, match=r"^key must be one PRNG key"):
     mjbatch_jax.randomize(key, params, uniform={"body_mass": (1.0, 2.0)})
 
 

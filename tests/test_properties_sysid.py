@@ -19,6 +19,7 @@ from hypothesis import strategies as st
 
 import mjbatch_jax
 from mjbatch_jax import sysid
+from mjbatch_jax.sysid import solver
 
 PENDULUM_XML = """
 <mujoco>
@@ -61,7 +62,7 @@ def prepared():
     def stub(*args: Any, **kwargs: Any) -> None:
       raise Reached
 
-    patch.setattr(sysid.solver, "_Runner", stub)
+    patch.setattr(solver, "_Runner", stub)
     sim = mjbatch_jax.Simulator(mujoco.MjModel.from_xml_string(PENDULUM_XML), num_threads=1)
     yield Prepared(sim)
     sim.close()

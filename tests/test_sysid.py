@@ -15,6 +15,7 @@ import pytest
 
 import mjbatch_jax
 from mjbatch_jax import rotations, sysid
+from mjbatch_jax.sysid import programs, solver
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -115,7 +116,7 @@ def test_a_new_guess_prior_or_bound_compiles_nothing_new(sim):
 def test_programs_of_fresh_residuals_are_bounded_and_released_on_close(monkeypatch):
   # A loop of fits, each with a new residual function, compiles a program per fit: the
   # Parameters keep the PROGRAMS_LIMIT most recently used, and none once the Simulator closes.
-  monkeypatch.setattr(sysid.programs, "PROGRAMS_LIMIT", 2)
+  monkeypatch.setattr(programs, "PROGRAMS_LIMIT", 2)
   own = mjbatch_jax.Simulator(mujoco.MjModel.from_xml_string(PENDULUM2_XML), num_threads=1)
   parameters = sysid.Parameters(own, [sysid.Field("dof_damping", ["j1"], log=True)])
   data = recording(own, parameters, parameters.initial)
@@ -313,7 +314,7 @@ def no_custom_calls(monkeypatch):
   def refuse(*args, **kwargs):
     raise AssertionError("a custom call ran before the input was refused")
 
-  monkeypatch.setattr(sysid.solver, "rollout", refuse)
+  monkeypatch.setattr(solver, "rollout", refuse)
 
 
 @pytest.mark.usefixtures("no_custom_calls")

@@ -46,17 +46,7 @@ def check_scalar(name: str, value: Any, low: float | None = None, *, low_open: b
 
 def check_key(name: str, key: Any) -> Any:
   """A PRNG key: a typed key (jax.random.key) or a raw uint32 one (jax.random.PRNGKey)."""
-  dtype = getattr(key, "dtype", None)
-  if isinstance(key, jax.Array | np.ndarray) and dtype is not None:
-    if jnp.issubdtype(dtype, jax.dtypes.prng_key) and key.shape == ():
-      return key
-    if dtype == np.uint32 and key.ndim == 1 and key.shape[0] >= 1:
-      return key
-    if jnp.issubdtype(dtype, jax.dtypes.prng_key):  # v.shown would read its values
-      raise ValueError(f"{name} must be one PRNG key (jax.random.key(seed) or "
-                       f"jax.random.PRNGKey(seed)), got keys of shape {tuple(key.shape)}")
-  raise ValueError(f"{name} must be one PRNG key (jax.random.key(seed) or "
-                   f"jax.random.PRNGKey(seed)), got {v.shown(key)}")
+  return v.key(name, key)
 
 
 def check_cost(cost: Any) -> cost_lib.Cost:

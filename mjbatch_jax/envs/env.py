@@ -69,22 +69,7 @@ def check_key(rng: Any, batched: bool = False, name: str = "rng") -> None:
   Example:
     check_key(keys, batched=True)   # jax.random.split(key, N)
   """
-  v.static(f"whether {name} is batched", batched)
-  lead = 1 if batched else 0
-  dtype = getattr(rng, "dtype", None)
-  ndim = getattr(rng, "ndim", None)
-  if isinstance(rng, (jax.Array, np.ndarray)) and dtype is not None:
-    if jnp.issubdtype(dtype, jax.dtypes.prng_key):
-      if ndim == lead:
-        return
-    elif dtype == np.uint32 and ndim == lead + 1:
-      return
-    got = f"a {dtype} array of shape {tuple(rng.shape)}"
-  else:
-    got = v.shown(rng)
-  want = ("a batch (N,) of PRNG keys, as jax.random.split(key, N) makes" if batched else
-          "one PRNG key (jax.random.key(0) or jax.random.PRNGKey(0))")
-  raise ValueError(f"{name} must be {want}, got {got}")
+  v.key(name, rng, batched)
 
 
 def advance(

@@ -26,27 +26,17 @@ How it is done, per env (two envs of different models work side by side):
 - MJX's `impl` is forced to "jax" (the env's own `mjx_model` stays a valid MJX model).
 
 Menagerie assets: Playground's locomotion envs read robots from a MuJoCo Menagerie checkout,
-which Playground would clone from GitHub. `load` looks for one, in order, at `menagerie=`, at
-$MJBATCH_JAX_MENAGERIE, at Playground's own checkout (if present) and at `../shared/models`
-beside this project's checkout; a robot there without the visual meshes Playground's XML
-names (the Go1 in shared/models has none) gets small placeholder meshes for them, with a
-warning: those geoms neither collide nor carry mass (the bodies have explicit inertials), so the
-physics is that of the full model.
+which Playground would clone from GitHub; `load` finds one as `envs.menagerie` says.
 """
 
-import contextlib
 import dataclasses
 import difflib
 import functools
 import importlib
 import os
-import re
-import struct
-import tempfile
 import types
 import warnings
-from collections.abc import Callable, Iterator, Mapping
-from pathlib import Path
+from collections.abc import Callable, Mapping
 from typing import Any, cast
 
 import jax
@@ -57,15 +47,14 @@ from jax.core import Tracer
 
 from mjbatch_jax import _validate as v
 from mjbatch_jax import functions
+from mjbatch_jax.envs import menagerie as menagerie_lib
+from mjbatch_jax.envs.menagerie import MENAGERIE_ENV  # noqa: F401  (its old home)
 from mjbatch_jax.envs.state import Data
 from mjbatch_jax.layout import StateLayout
 from mjbatch_jax.params import Params
 from mjbatch_jax.simulator import MAX_THREADS, Simulator
 
 INSTALL_HINT = "MuJoCo Playground is not installed: pip install -e '.[playground]'"
-
-# The environment variable naming a MuJoCo Menagerie checkout (one folder per robot).
-MENAGERIE_ENV = "MJBATCH_JAX_MENAGERIE"
 
 # MJX Data fields that only MJX's own solver has: contacts, constraint rows and factorisations.
 _WHY_UNSUPPORTED = (
@@ -527,8 +516,7 @@ def load(
       "vision" must be off.
     num_threads: the simulator's threads (0: one per CPU).
     menagerie: a MuJoCo Menagerie checkout (one folder per robot) for the locomotion and
-      manipulation envs; default $MJBATCH_JAX_MENAGERIE, Playground's own checkout, or
-      ../shared/models beside this project's checkout.
+      manipulation envs; default $MJBATCH_JAX_MENAGERIE, else Playground's own checkout.
 
   Returns:
     The env, as `wrap` returns it.
@@ -579,10 +567,10 @@ def load_mjx(
   if name in registry.dm_control_suite.ALL_ENVS:
     env = registry.load(name, config=config, config_overrides=overrides)
   else:
-    with _menagerie_for(mjx_env, menagerie):
+    with menagerie_lib.menagerie_for(mjx_env, menagerie):
       env = registry.load(name, config=config, config_overrides=overrides)
     stand_ins = sorted(k for k, v in getattr(env, "_model_assets", {}).items()
-                       if v == _PLACEHOLDER_STL)
+                       if v == menagerie_lib.PLACEHOLDER_STL)
     if stand_ins:
       warnings.warn(
         f"{name}: the Menagerie robot found lacks the meshes {stand_ins}; placeholders stand in"
@@ -613,84 +601,3 @@ def _checked_overrides(name: str, config: Any, overrides: dict[str, Any]) -> dic
   if "impl" in config.keys():
     overrides["impl"] = "jax"
   return overrides
-
-
-@contextlib.contextmanager
-def _menagerie_for(mjx_env: Any, menagerie: Any) -> Iterator[None]:
-  """Within the block, Playground reads Menagerie's robots from the checkout found."""
-  root = _find_menagerie(mjx_env, menagerie)
-  if root is None:
-    yield
-    return
-  previous = mjx_env.MENAGERIE_PATH
-  with tempfile.TemporaryDirectory(prefix="mjbatch_jax_menagerie_") as overlay:
-    mjx_env.MENAGERIE_PATH = type(previous)(_overlay(root, Path(overlay)))
-    try:
-      yield
-    finally:
-      mjx_env.MENAGERIE_PATH = previous
-
-
-def _find_menagerie(mjx_env: Any, menagerie: Any) -> Path | None:
-  if menagerie is not None:
-    path = Path(menagerie)
-    if not path.is_dir():
-      raise ValueError(f"menagerie must be a MuJoCo Menagerie folder, got {str(path)!r}")
-    return path
-  if os.environ.get(MENAGERIE_ENV):
-    path = Path(os.environ[MENAGERIE_ENV])
-    if not path.is_dir():
-      raise ValueError(f"${MENAGERIE_ENV} must name a MuJoCo Menagerie folder, got {str(path)!r}")
-    return path
-  if Path(str(mjx_env.MENAGERIE_PATH)).is_dir():
-    return None  # Playground's own checkout, as Playground uses it
-  shared = Path(__file__).resolve().parents[3] / "shared" / "models"
-  return shared if shared.is_dir() else None
-
-
-def _overlay(root: Path, overlay: Path) -> Path:
-  """A Menagerie folder of links into root, with placeholders for visual meshes root lacks."""
-  needed = _meshes_playground_names()
-  for robot in sorted(p for p in root.iterdir() if p.is_dir()):
-    target = overlay / robot.name
-    target.mkdir()
-    for item in robot.iterdir():
-      if item.name != "assets":
-        (target / item.name).symlink_to(item.resolve())
-    assets = target / "assets"
-    assets.mkdir()
-    have = {p.name: p for p in (robot / "assets").iterdir()} if (robot / "assets").is_dir() else {}
-    for file_name, path in have.items():
-      (assets / file_name).symlink_to(path.resolve())
-    for file_name in sorted(needed.get(robot.name, set()) - set(have)):
-        (assets / file_name).write_bytes(_PLACEHOLDER_STL)
-  return overlay
-
-
-@functools.cache
-def _meshes_playground_names() -> dict[str, set[str]]:
-  """Menagerie mesh files Playground's XMLs name, by robot folder."""
-  mujoco_playground = importlib.import_module("mujoco_playground")
-  pattern = re.compile(r'file="[^"]*mujoco_menagerie/([^/"]+)/assets/([^"/]+)"')
-  out: dict[str, set[str]] = {}
-  for xml in Path(str(mujoco_playground.__file__)).parent.rglob("*.xml"):
-    for robot, file_name in pattern.findall(xml.read_text(errors="replace")):
-      out.setdefault(robot, set()).add(file_name)
-  return out
-
-
-def _tetrahedron_stl(size: float = 0.01) -> bytes:
-  """A binary STL of a small tetrahedron with outward faces."""
-  a, b, c, d = (0, 0, 0), (size, 0, 0), (0, size, 0), (0, 0, size)
-  faces = ((a, c, b), (a, b, d), (a, d, c), (b, c, d))
-  out = bytearray(b"mjbatch_jax placeholder mesh".ljust(80, b" "))
-  out += struct.pack("<I", len(faces))
-  for face in faces:
-    out += struct.pack("<3f", 0.0, 0.0, 0.0)
-    for vertex in face:
-      out += struct.pack("<3f", *vertex)
-    out += struct.pack("<H", 0)
-  return bytes(out)
-
-
-_PLACEHOLDER_STL = _tetrahedron_stl()
