@@ -177,6 +177,13 @@ def check_grads(
     return [jnp.asarray(v, jnp.float64) if f else v for v, f in zip(values, is_float, strict=True)]
 
   base = [jnp.asarray(leaf) for leaf in leaves]
+  try:  # fun's output, from its shapes alone: nothing runs yet
+    out = jax.eval_shape(evaluate, base)
+  except Exception as e:
+    raise ValueError(f"fun(*args) must return floating-point values; it failed: "
+                     f"{type(e).__name__}: {e}") from e
+  if not jnp.issubdtype(out.dtype, jnp.floating):
+    raise ValueError(f"fun(*args) must return floating-point values, got {out.dtype}")
   float_ids = [i for i, f in enumerate(is_float) if f]
 
   def of_floats(*xs: Any) -> jax.Array:  # fun of the float leaves alone, the rest held

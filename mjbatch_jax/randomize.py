@@ -135,7 +135,7 @@ def tree_replace(tree: Any, updates: Mapping[str, Any]) -> Any:
   Example:
     state = mjbatch_jax.tree_replace(state, {"info.steps": 0, "params.opt.gravity": g})
 
-  A path that leads nowhere is a KeyError naming it; a value for a Params field must be an array
+  A path that leads nowhere is a ValueError naming it; a value for a Params field must be an array
   of numbers of that field's entry shape (after any leading simulation dimensions), ValueError
   otherwise.
   """
@@ -155,7 +155,7 @@ def _replace_at(node: Any, parts: list[str], value: Any, path: str) -> Any:
   if isinstance(node, Params):
     field = ".".join(parts)
     if field not in node:
-      raise KeyError(f"{path!r}: {field!r} is not among these params' fields {tuple(node)}")
+      raise ValueError(f"{path!r}: {field!r} is not among these params' fields {tuple(node)}")
     spec = node.spec
     i = spec.fields.index(field)
     entry = tuple(spec.leaf_shape(i))
@@ -166,15 +166,15 @@ def _replace_at(node: Any, parts: list[str], value: Any, path: str) -> Any:
   head, rest = parts[0], parts[1:]
   if isinstance(node, Mapping):
     if head not in node:
-      raise KeyError(f"{path!r}: no key {head!r}")
+      raise ValueError(f"{path!r}: no key {head!r}")
     new = node[head] if rest else None
     inner = _replace_at(new, rest, value, path) if rest else value
     return {**node, head: inner}
   if not hasattr(node, head):
-    raise KeyError(f"{path!r}: {type(node).__name__} has no field {head!r}")
+    raise ValueError(f"{path!r}: {type(node).__name__} has no field {head!r}")
   inner = _replace_at(getattr(node, head), rest, value, path) if rest else value
   if hasattr(node, "replace"):  # env States and their data, flax structs
     return node.replace(**{head: inner})
   if dataclasses.is_dataclass(node) and not isinstance(node, type):
     return dataclasses.replace(node, **{head: inner})
-  raise KeyError(f"{path!r}: cannot replace a field of {type(node).__name__}")
+  raise ValueError(f"{path!r}: cannot replace a field of {type(node).__name__}")

@@ -21,6 +21,7 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jax.core import Tracer
 from jax.typing import ArrayLike
 
 from mjbatch_jax import _validate
@@ -148,7 +149,11 @@ def from_axis_angle(axis: ArrayLike, angle: ArrayLike) -> jax.Array:
   """Unit quaternions of rotations by angle (...,) about axis (..., 3) (normalised here)."""
   axis, angle = _checked("axis", axis, (..., 3)), _numbers("angle", angle)
   _lead(("axis", axis.shape[:-1]), ("angle", angle.shape))
-  axis = axis / jnp.linalg.norm(axis, axis=-1, keepdims=True)
+  norm = jnp.linalg.norm(axis, axis=-1, keepdims=True)
+  if not isinstance(norm, Tracer) and np.any(np.asarray(norm) == 0):
+    # A zero axis names no rotation; where it is traced the quaternion is NaN.
+    raise ValueError(f"axis must not be zero, got {_validate.shown(axis)}")
+  axis = axis / norm
   return exp(axis * angle[..., None])
 
 

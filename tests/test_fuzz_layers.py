@@ -287,7 +287,7 @@ RANDOMIZE = [
    _raises(r"^updates' keys must be dotted paths such as 'info.steps', got 'a..b'")),
   ("tree_replace unknown params field",
    "mjbatch_jax.tree_replace({'p': params}, {'p.body_masss': jnp.ones((N, 4))})",
-   _raises(r"'body_masss' is not among these params' fields", "KeyError")),
+   _raises(r"'body_masss' is not among these params' fields")),
   ("tree_replace params value of the wrong width",
    "mjbatch_jax.tree_replace({'p': params}, {'p.body_mass': jnp.ones((N, 5))})",
    _raises(r"^'p.body_mass' must have shape \(\.\.\., 4\), got \(3, 5\)")),

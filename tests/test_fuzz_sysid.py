@@ -202,7 +202,7 @@ assert result.iterations == 1 and np.all(np.isfinite(result.costs)), result
   ("report result None", "sysid.report(problem, data, None)",
    refused(r"result must be a sysid.Fit or a theta")),
   ("report result string", "sysid.report(problem, data, 'abc')",
-   refused(r"theta must be 1 numbers")),
+   refused(r"result must be a sysid.Fit or a theta .*got 'abc'")),
   ("report Fit with starts", """
 fake = sysid.Fit(parameters.initial, np.zeros((4, 2)), np.zeros(1), True, np.zeros(0),
                  np.zeros(0))

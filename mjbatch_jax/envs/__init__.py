@@ -15,7 +15,7 @@ from typing import Any
 
 from mjbatch_jax.envs import state
 from mjbatch_jax.envs.cartpole import CARTPOLE_XML, CartPoleBalance
-from mjbatch_jax.envs.env import BAD_WARNINGS, Env, check_action
+from mjbatch_jax.envs.env import BAD_WARNINGS, Env, check_action, check_key, check_state
 from mjbatch_jax.envs.state import Data, State
 from mjbatch_jax.envs.wrappers import (
   AutoResetWrapper,
@@ -42,6 +42,8 @@ __all__ = [
   "WarningWrapper",
   "Wrapper",
   "check_action",
+  "check_key",
+  "check_state",
   "install_brax_compat",
   "wrap_for_brax_training",
 ]

@@ -7,7 +7,7 @@ import jax.numpy as jnp
 import mujoco
 import numpy as np
 
-from mjbatch_jax.envs.env import Env, check_key
+from mjbatch_jax.envs.env import Env, check_action, check_key, check_state
 from mjbatch_jax.envs.state import Data, State
 
 POLE_LENGTH = 0.6
@@ -67,6 +67,8 @@ class CartPoleBalance(Env):
     return State(data, self._obs(data), zero, zero, {"upright": self._upright(data)}, {})
 
   def step(self, state: State, action: jax.Array) -> State:
+    check_state(state)
+    action = check_action(action, (self.action_size,))
     data = self.pipeline_step(state.data, action)
     upright = self._upright(data)
     fell = (upright < self._min_upright) | (jnp.abs(data.qpos[0]) > 1.8)

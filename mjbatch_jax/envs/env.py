@@ -72,6 +72,14 @@ def check_key(rng: Any, batched: bool = False, name: str = "rng") -> None:
   v.key(name, rng, batched)
 
 
+def check_state(state: Any, name: str = "state") -> State:
+  """ValueError unless state is an env State (what reset and step return)."""
+  if not isinstance(state, State):
+    raise ValueError(f"{name} must be an envs.State (as reset and step return), got "
+                     f"{type(state).__name__}")
+  return state
+
+
 def advance(
   row: jax.Array,
   ctrl: jax.Array,
@@ -247,7 +255,10 @@ class Env(abc.ABC):
     Example:
       data = self.make_data(qpos=self.mj_model.qpos0 + noise)
     """
-    row = self._init_row if row is None else jnp.asarray(row)
+    if row is None:
+      row = self._init_row
+    else:
+      row = v.array("row", row, (..., self._layout.size))
     parts = dict(qpos=qpos, qvel=qvel, act=act, ctrl=ctrl, mocap_pos=mocap_pos,
                  mocap_quat=mocap_quat)
     warnings = jnp.zeros((*row.shape[:-1], functions.NWARNING), jnp.int32)

@@ -101,8 +101,9 @@ def report(problem: Problem, data: Windows, result: Any, starts: Any = None, dis
     if starts is not None:
       raise ValueError("starts: a Fit carries its own starts; give starts with a theta only")
     theta, starts, what = result.theta, result.starts, "result.theta"
-  elif result is None:
-    raise ValueError("result must be a sysid.Fit or a theta (one value per number), got None")
+  elif result is None or isinstance(result, (str, bytes)):
+    raise ValueError(f"result must be a sysid.Fit or a theta (one value per number), got "
+                     f"{v.shown(result)}")
   else:
     theta, what = result, "theta"
   checked = _check(problem, theta, data, what)
