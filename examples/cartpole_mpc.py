@@ -25,7 +25,9 @@ def make_planner(sim, method: str, samples: int = SAMPLES) -> control.Planner:
     return jnp.concatenate([2 * jnp.sin(q[1:] / 2), 0.4**0.5 * q[:1], 0.02**0.5 * v, 0.02**0.5 * u])
 
   cost = control.Cost(residual, (control.Term(4), control.Term(1, np.r_[np.ones(KNOTS), 0])))
-  settings = control.SamplingSettings(method, samples, KNOTS, noise=0.5, temperature=0.1)
+  settings = {"predictive": control.PredictiveSettings(samples, KNOTS, noise=0.5),
+              "mppi": control.MPPISettings(samples, KNOTS, noise=0.5, temperature=0.1),
+              "cem": control.CEMSettings(samples, KNOTS, noise=0.5)}[method]
   return control.sampling(cost, sim.params(1), horizon=KNOTS, nstep=SUBSTEPS, settings=settings)
 
 

@@ -80,8 +80,12 @@ def main(argv=None) -> dict:
         "trunk tilt (rad)": lambda r: tilt_and_height(r, sim.layout)[0],
         "trunk height (m)": lambda r: tilt_and_height(r, sim.layout)[1]},
         every=3, track_body="trunk", distance=1.2)
-    settings = control.SamplingSettings(args.method, args.samples, KNOTS, "cubic", noise=0.15,
-                                        num_elites=max(2, args.samples // 16), temperature=0.5)
+    common_settings = {"num_samples": args.samples, "num_knots": KNOTS,
+                       "interpolation": "cubic", "noise": 0.15}
+    settings = {"predictive": control.PredictiveSettings(**common_settings),
+                "mppi": control.MPPISettings(**common_settings, temperature=0.5),
+                "cem": control.CEMSettings(**common_settings,
+                                           num_elites=max(2, args.samples // 16))}[args.method]
     planner = control.sampling(getup_cost(sim, home), sim.params(1), horizon=HORIZON,
                                nstep=NSTEP, settings=settings)
 

@@ -1,7 +1,7 @@
 """mjbatch_jax.control: the planners against known answers, and their refusals of bad input."""
 
 import ctypes
-import itertools
+import importlib
 
 import jax
 import jax.numpy as jnp
@@ -11,6 +11,10 @@ import pytest
 
 import mjbatch_jax
 from mjbatch_jax import _ffi, control
+from mjbatch_jax.control.backward import LocalModel, backward_pass
+from mjbatch_jax.control.line_search import line_search
+from mjbatch_jax.control.sampling import Settings
+from mjbatch_jax.tangent import StateTangent
 
 jax.config.update("jax_enable_x64", True)
 
@@ -223,37 +227,72 @@ def test_ilqr_keeps_controls_in_their_box(point):
   assert np.all(np.asarray(result.gains)[clamped] == 0.0)
 
 
-def test_box_qp_matches_enumerated_active_sets():
-  box_qp = jax.jit(control.box_qp, static_argnums=5)
-  rng = np.random.default_rng(0)
-  for _ in range(20):
-    m = 3
-    root = rng.normal(size=(m, m))
-    h = root @ root.T + 0.1 * np.eye(m)
-    g = rng.normal(size=m) * 3
-    lower, upper = -rng.uniform(0.1, 1, m), rng.uniform(0.1, 1, m)
-    d, gain, pd = box_qp(jnp.asarray(h), jnp.asarray(g), jnp.eye(m), jnp.asarray(lower),
-                         jnp.asarray(upper), 20)
-    best = np.inf
-    # Every assignment of each entry to free, lower or upper: the feasible KKT point is the
-    # minimum of a strictly convex QP.
-    for assignment in itertools.product((0, 1, 2), repeat=m):
-      fixed = np.array([np.nan, 0, 0])[list(assignment)]
-      x = np.where(np.array(assignment) == 1, lower, np.where(np.array(assignment) == 2, upper,
-                                                              fixed))
-      free = np.array(assignment) == 0
-      if free.any():
-        rhs = -(g[free] + h[np.ix_(free, ~free)] @ x[~free])
-        x[free] = np.linalg.solve(h[np.ix_(free, free)], rhs)
-      if np.all(x >= lower - 1e-12) and np.all(x <= upper + 1e-12):
-        best = min(best, 0.5 * x @ h @ x + g @ x)
-    value = 0.5 * np.asarray(d) @ h @ np.asarray(d) + g @ np.asarray(d)
-    assert bool(pd)
-    assert value == pytest.approx(best, rel=1e-9, abs=1e-12)
-    free = (np.asarray(d) > lower) & (np.asarray(d) < upper)
-    assert np.all(np.asarray(gain)[~free] == 0)
-  assert not bool(control.box_qp(-jnp.eye(2), jnp.ones(2), jnp.eye(2), -jnp.ones(2),
-                                 jnp.ones(2), 5)[2])
+def test_the_backward_pass_alone_is_the_discrete_lqr_solution():
+  """On a linear-quadratic model the Riccati pass gives the LQR gains, and the feedforward at
+  the start is the LQR control there (the nominal plan: zero controls from x0)."""
+  horizon = 12
+  a, b = point_dynamics()
+  x0 = np.r_[1.0, -0.5, 0.2, 0.3]
+  xs = [x0]
+  for _ in range(horizon):
+    xs.append(a @ xs[-1])
+  xs = np.array(xs)
+  l_xx = np.array([Q] * horizon + [Q_FINAL])
+  model = LocalModel(
+    a=jnp.asarray(np.broadcast_to(a, (horizon, 4, 4))),
+    b=jnp.asarray(np.broadcast_to(b, (horizon, 4, 2))),
+    l_x=jnp.asarray(np.einsum("tij,tj->ti", l_xx, xs)), l_u=jnp.zeros((horizon + 1, 2)),
+    l_xx=jnp.asarray(l_xx), l_ux=jnp.zeros((horizon + 1, 2, 4)),
+    l_uu=jnp.asarray(np.array([R] * horizon + [np.zeros((2, 2))])))
+  us = jnp.zeros((horizon, 2))
+  pass_ = jax.jit(backward_pass, static_argnums=5)
+  ks, gains, dv, ok = pass_(model, us, 0.0, -jnp.inf * jnp.ones(2), jnp.inf * jnp.ones(2), 10)
+  gains_lqr = riccati(horizon)
+  assert bool(ok)
+  np.testing.assert_allclose(np.asarray(gains), np.array(gains_lqr), rtol=0, atol=1e-10)
+  np.testing.assert_allclose(np.asarray(ks[0]), gains_lqr[0] @ x0, rtol=0, atol=1e-10)
+  assert float(dv[0]) < 0  # the expected decrease's linear term: a descent
+  # A tight box: every control clamped, so no feedback and the feedforward at the bound.
+  ks, gains, _, ok = pass_(model, us, 0.0, -1e-3 * jnp.ones(2), 1e-3 * jnp.ones(2), 10)
+  assert bool(ok) and np.all(np.abs(np.asarray(ks)) <= 1e-3)
+  clamped = np.abs(np.asarray(ks)) == 1e-3
+  assert clamped[0].all() and np.all(np.asarray(gains)[clamped] == 0.0)
+  # A Q_uu + mu I that is not positive definite fails the pass.
+  assert not bool(pass_(model._replace(l_uu=-model.l_uu), us, 0.0, -jnp.ones(2), jnp.ones(2),
+                        10)[3])
+
+
+def test_the_line_search_alone_rolls_out_each_step_size(point):
+  horizon = 6
+  cost = quadratic_cost(point, horizon)
+  params, start = point.params(1), point_start(point)
+  us = 0.1 * jnp.ones((horizon, 2))
+  states, _ = mjbatch_jax.rollout(start[None], us[None], params)
+  states = jnp.concatenate([start[None], states[0]])
+  w = control.cost.weights(cost.terms, horizon)
+  tangent = StateTangent.of(point.model)
+  search = jax.jit(line_search, static_argnums=(0, 3), static_argnames=("step_sizes", "nstep"))
+
+  def run(ks, gains, step_sizes, lower=-np.inf, upper=np.inf):
+    lower, upper = jnp.full(2, lower), jnp.full(2, upper)
+    return search(control.cost.static(cost), w, params, tangent, states, us, ks, gains, {},
+                  step_sizes=step_sizes, lower=lower, upper=upper, nstep=1)
+
+  zero_k, zero_gain = jnp.zeros((horizon, 2)), jnp.zeros((horizon, 2, 4))
+  # No change: every row is the nominal plan; the first of equal costs is the one picked.
+  xs, new_us, value, best = run(zero_k, zero_gain, (1.0, 0.5))
+  np.testing.assert_array_equal(np.asarray(xs), np.asarray(states))
+  np.testing.assert_array_equal(np.asarray(new_us), np.asarray(us))
+  assert int(best) == 0
+  # Step 1 of a feedforward that cancels the plan reaches zero controls, the cheaper plan
+  # (the mass coasts from its start); the controls are clipped to the box.
+  xs, new_us, value, best = run(-us, zero_gain, (0.25, 1.0))
+  assert int(best) == 1
+  np.testing.assert_allclose(np.asarray(new_us), 0.0, atol=1e-15)
+  coast, _ = mjbatch_jax.rollout(start[None], jnp.zeros((1, horizon, 2)), params)
+  np.testing.assert_array_equal(np.asarray(xs[1:]), np.asarray(coast[0]))
+  _, clipped, _, _ = run(10.0 * jnp.ones((horizon, 2)), zero_gain, (1.0,), -0.2, 0.3)
+  np.testing.assert_array_equal(np.asarray(clipped), 0.3)
 
 
 @pytest.fixture
@@ -344,10 +383,11 @@ def test_sampling_planners_reduce_a_convex_cost_monotonically_in_expectation(poi
   horizon = 20
   cost = quadratic_cost(point, horizon)
   start = point_start(point)
-  for method, extra in (("predictive", {}), ("mppi", {"temperature": 0.05}),
-                        ("cem", {"num_elites": 8})):
-    settings = control.SamplingSettings(method, num_samples=64, num_knots=5, noise=0.3)
-    settings = settings._replace(**extra)
+  common = {"num_samples": 64, "num_knots": 5, "noise": 0.3}
+  for settings in (control.PredictiveSettings(**common),
+                   control.MPPISettings(**common, temperature=0.05),
+                   control.CEMSettings(**common, num_elites=8)):
+    method = settings.method
     planner = control.sampling(cost, point.params(1), horizon=horizon, settings=settings,
                                bounds=(-2.0, 2.0))
     seeds, rounds = 8, 6
@@ -368,15 +408,15 @@ def test_a_diverging_candidate_never_aborts_a_planning_step(point):
   cost = quadratic_cost(point, horizon)
   # Unlimited controls and a spread of 1e11 N: every candidate but the plan itself makes qacc
   # exceed MuJoCo's limit, and MuJoCo resets that simulation.
-  settings = control.SamplingSettings("predictive", num_samples=16, num_knots=10, noise=1e11)
+  settings = control.PredictiveSettings(num_samples=16, num_knots=10, noise=1e11)
   planner = control.sampling(cost, point.params(1), horizon=horizon, settings=settings)
   plan, info = planner.update(planner.init(), point_start(point), jax.random.PRNGKey(0))
   assert int(info.failed) == 15
   assert np.isfinite(float(info.cost)) and float(info.cost) == float(info.nominal_cost)
   np.testing.assert_array_equal(np.asarray(plan.knots), 0.0)  # the plan stands
-  for method in ("mppi", "cem"):
-    other = control.sampling(cost, point.params(1), horizon=horizon,
-                             settings=settings._replace(method=method, num_elites=2))
+  for others in (control.MPPISettings(16, 10, noise=1e11),
+                 control.CEMSettings(16, 10, noise=1e11, num_elites=2)):
+    other = control.sampling(cost, point.params(1), horizon=horizon, settings=others)
     plan, info = other.update(other.init(), point_start(point), jax.random.PRNGKey(0))
     assert int(info.failed) == 15 and np.all(np.isfinite(np.asarray(plan.knots)))
 
@@ -385,8 +425,7 @@ def test_a_diverging_candidate_never_aborts_a_planning_step(point):
 def test_receding_horizon_is_the_planner_then_the_first_control(point):
   horizon = 10
   cost = quadratic_cost(point, horizon)
-  settings = control.SamplingSettings("cem", num_samples=32, num_knots=4, noise=0.5,
-                                      num_elites=4)
+  settings = control.CEMSettings(num_samples=32, num_knots=4, noise=0.5, num_elites=4)
   planner = control.sampling(cost, point.params(1), horizon=horizon, settings=settings)
   step = control.receding_horizon(planner, point.params(1), apply=2)
   start, plan, key = point_start(point), planner.init(), jax.random.PRNGKey(3)
@@ -417,10 +456,11 @@ def test_receding_horizon_is_the_planner_then_the_first_control(point):
 def test_sampling_refuses_bad_input_before_any_custom_call(point, no_custom_calls):
   cost, params = quadratic_cost(point, 10), point.params(1)
 
-  def refused(pattern, horizon=10, **change):
-    settings = control.SamplingSettings(num_samples=8, num_knots=4)._replace(
-      **{k: v for k, v in change.items() if k in control.SamplingSettings._fields})
-    rest = {k: v for k, v in change.items() if k not in control.SamplingSettings._fields}
+  def refused(pattern, horizon=10, kind: type[Settings] = control.PredictiveSettings, **change):
+    settings = kind(num_samples=8, num_knots=4)._replace(
+      **{k: v for k, v in change.items() if k in kind._fields})
+    rest = {k: v for k, v in change.items() if k not in kind._fields}
+    settings = rest.pop("settings", settings)
     with pytest.raises(ValueError, match=pattern):
       control.sampling(rest.pop("cost", cost), rest.pop("params", params), horizon=horizon,
                        settings=settings, **rest)
@@ -429,14 +469,16 @@ def test_sampling_refuses_bad_input_before_any_custom_call(point, no_custom_call
   refused(r"horizon must be an int >= 1, got 0", horizon=0, num_knots=1)
   refused(r"lower > upper", bounds=(1.0, -1.0))
   refused(r"interpolation must be one of", interpolation="quadratic")
-  refused(r"method must be one of", method="random")
-  refused(r"num_elites must be in \[1, num_samples=8\]", method="cem", num_elites=9)
+  refused(r"settings must be control.PredictiveSettings, control.MPPISettings or "
+          r"control.CEMSettings, got ILQRSettings", settings=control.ILQRSettings())
+  refused(r"num_elites must be in \[1, num_samples=8\]", kind=control.CEMSettings, num_elites=9)
+  refused(r"temperature must be a finite number > 0", kind=control.MPPISettings, temperature=0.0)
   refused(r"noise must be a number >= 0 or num_knots=4", noise=(0.1, 0.2))
   refused(r"must return one vector", cost=cost._replace(residual=lambda x, u, o, t: u))
   refused(r"params\['body_mass'\] must have shape \(1, 2\) or \(8, 2\)",
           params=point.params(3, ("body_mass",)))
   planner = control.sampling(cost, params, horizon=10,
-                             settings=control.SamplingSettings(num_samples=8, num_knots=4))
+                             settings=control.PredictiveSettings(num_samples=8, num_knots=4))
   with pytest.raises(ValueError, match=r"state must be one state row"):
     planner.update(planner.init(), jnp.zeros(2), jax.random.PRNGKey(0))
   with pytest.raises(ValueError, match=r"horizon's 10 controls"):
@@ -463,6 +505,38 @@ def test_cem_and_mppi_updates_on_vectors():
                                    jnp.array(10.0), 100, -1.0, 1.0)
   assert draws.shape == (100, 2) and float(jnp.abs(draws).max()) <= 1.0
   np.testing.assert_array_equal(draws[0], [0.5, -0.5])
+
+
+def test_the_deprecated_sampling_names_warn_and_plan_as_the_new_ones(point):
+  cost = quadratic_cost(point, 10)
+  with pytest.warns(DeprecationWarning, match=r"SamplingSettings is deprecated"):
+    # num_elites is CEM's: checked, then dropped for MPPI (it was never > num_samples there).
+    old = control.SamplingSettings("mppi", 8, 4, noise=0.5, temperature=0.2, num_elites=99)
+  new = control.MPPISettings(8, 4, noise=0.5, temperature=0.2)
+  infos = []
+  for settings in (old, new):
+    planner = control.sampling(cost, point.params(1), horizon=10, settings=settings)
+    plan, info = planner.update(planner.init(), point_start(point), jax.random.PRNGKey(1))
+    infos.append((np.asarray(plan.knots), info))
+  np.testing.assert_array_equal(infos[0][0], infos[1][0])  # the same plan, to the bit
+  assert isinstance(infos[1][1], control.SamplingResult)
+  # Every field of the old bag is still checked, the other methods' too.
+  with pytest.warns(DeprecationWarning):
+    bad = control.SamplingSettings("cem", 8, 4, temperature=0.0)
+  with pytest.raises(ValueError, match=r"settings.temperature must be a finite number > 0"):
+    control.sampling(cost, point.params(1), horizon=10, settings=bad)
+  with pytest.warns(DeprecationWarning):
+    bad = control.SamplingSettings("random", 8, 4)
+  with pytest.raises(ValueError, match=r"settings.method must be one of"):
+    control.sampling(cost, point.params(1), horizon=10, settings=bad)
+  sampling_module = importlib.import_module("mjbatch_jax.control.sampling")
+  for module in (control, sampling_module):
+    with pytest.warns(DeprecationWarning, match=r"SamplingInfo is control.SamplingResult now"):
+      assert module.SamplingInfo is control.SamplingResult
+    assert not hasattr(module, "SamplingNothing")
+  assert control.SETTINGS == {"predictive": control.PredictiveSettings,
+                              "mppi": control.MPPISettings, "cem": control.CEMSettings}
+  assert {kind().method for kind in control.SETTINGS.values()} == set(control.METHODS)
 
 
 def test_a_diverging_line_search_row_never_aborts_an_ilqr_iteration(point):
@@ -518,7 +592,7 @@ def test_sampling_with_observations_and_per_candidate_params(point):
   cost = control.Cost(residual, (control.Term(3, 10.0), control.Term(2)), observe=("xpos",))
   masses = mjbatch_jax.randomize(jax.random.PRNGKey(0), point.params(samples, ("body_mass",)),
                                  scale={"body_mass": (0.5, 2.0)})
-  settings = control.SamplingSettings("predictive", samples, 4, noise=0.5)
+  settings = control.PredictiveSettings(samples, 4, noise=0.5)
   planner = control.sampling(cost, masses, horizon=horizon, settings=settings)
   plan, info = planner.update(planner.init(), point_start(point), jax.random.PRNGKey(1))
   # The plan's own cost, by hand: candidate 0 with the first candidate's params.
@@ -553,7 +627,7 @@ def test_a_candidate_whose_simulation_errors_costs_infinity_and_the_plan_goes_on
       return jnp.concatenate([x[slide : slide + 1] - 1.0, 0.1 * u])
 
     cost = control.Cost(residual, (control.Term(1), control.Term(1)))
-    settings = control.SamplingSettings("predictive", samples, 4, noise=0.5)
+    settings = control.PredictiveSettings(samples, 4, noise=0.5)
     planner = control.sampling(cost, params, horizon=10, nstep=2, settings=settings)
     plan, state = planner.init(), sim.init_state(1)[0]
     step = control.receding_horizon(planner, sim.params(1))

@@ -44,13 +44,18 @@ def cost(*terms):
   return control.Cost(lambda x, u, obs, t: jnp.concatenate([x[lay.qpos], u]),
                       terms or (control.Term(2, 1.0), control.Term(2, 0.1)))
 
-def settings(**kw):
-  return control.SamplingSettings(**{"num_samples": 4, "num_knots": 2, **kw})
+def settings(method="predictive", **kw):
+  small = {"num_samples": 4, "num_knots": 2, **({"num_elites": 2} if method == "cem" else {})}
+  return control.SETTINGS[method](**{**small, **kw})
 
-def sampling(c=None, **kw):
-  s = {k: kw.pop(k) for k in list(kw) if k in control.SamplingSettings._fields}
+def sampling(c=None, method="predictive", **kw):
+  s = {k: kw.pop(k) for k in list(kw) if k in control.SETTINGS[method]._fields}
   return control.sampling(c or cost(), sim.params(1), horizon=kw.pop("horizon", H),
-                          settings=settings(**s), **kw)
+                          settings=settings(method, **s), **kw)
+
+def old_sampling(**kw):  # the deprecated SamplingSettings
+  return control.sampling(cost(), sim.params(1), horizon=H, settings=control.SamplingSettings(
+    **{"num_samples": 4, "num_knots": 2, **kw}))
 
 def ilqr(**kw):
   return control.ilqr(kw.pop("c", None) or cost(), sim.params(1), kw.pop("start", start),
@@ -218,20 +223,39 @@ REFUSED = [
    r"times must not hold NaN"),
   ("splines shift negative", "control.splines.shift_matrix(2, 4, 'linear', -1)",
    r"controls must be a finite number >= 0.0, got -1"),
-  # SamplingSettings and sampling's own arguments.
-  *[(f"SamplingSettings {field} {label}", f"sampling({field}={value})", pattern)
+  # The per-method settings and sampling's own arguments.
+  *[(f"{method} settings {field} {label}", f"sampling(method={method!r}, {field}={value})",
+     pattern)
+    for method, field, label, value, pattern in (
+      ("mppi", "temperature", "0", "0.0", r"settings.temperature must be a finite number > 0"),
+      ("mppi", "temperature", "NaN", "math.nan", r"settings.temperature"),
+      ("cem", "smoothing", "1", "1.0", r"settings.smoothing must be a finite number in \[0, 1\)"),
+      ("cem", "std_min", "negative", "-0.1", r"settings.std_min must be a finite number >= 0"),
+      ("predictive", "noise", "NaN", "math.nan", r"settings.noise must be a finite number >= 0"),
+      ("cem", "noise", "schedule with inf", "(0.1, math.inf)", r"settings.noise\[1\]"),
+      ("predictive", "noise", "string", "'loud'", r"settings.noise must be a finite number"),
+      ("mppi", "noise_decay", "0", "0.0", r"settings.noise_decay must be a finite number > 0"),
+      ("predictive", "num_samples", "bool", "True",
+       r"settings.num_samples must be an int >= 2, got True"),
+      ("cem", "num_elites", "string", "'2'", r"settings.num_elites must be an int >= 1, got '2'"),
+      ("cem", "num_elites", "above num_samples", "5",
+       r"settings.num_elites must be in \[1, num_samples=4\], got 5"),
+      ("mppi", "iterations", "0", "0", r"settings.iterations must be an int >= 1, got 0"),
+      ("cem", "num_knots", "above the horizon", "5", r"num_knots \(5\) must be at most"))],
+  ("sampling settings of another type", "control.sampling(cost(), sim.params(1), horizon=H, "
+   "settings=control.ILQRSettings())",
+   r"settings must be control.PredictiveSettings, control.MPPISettings or control.CEMSettings, "
+   r"got ILQRSettings"),
+  ("sampling settings a dict", "control.sampling(cost(), sim.params(1), horizon=H, "
+   "settings={'num_samples': 4})", r"settings must be control.PredictiveSettings.*got dict"),
+  # The deprecated SamplingSettings: every field checked as before, other methods' too.
+  *[(f"SamplingSettings (deprecated) {field} {label}", f"old_sampling({field}={value})", pattern)
     for field, label, value, pattern in (
       ("temperature", "0", "0.0", r"settings.temperature must be a finite number > 0"),
-      ("temperature", "NaN", "math.nan", r"settings.temperature"),
       ("smoothing", "1", "1.0", r"settings.smoothing must be a finite number in \[0, 1\)"),
-      ("std_min", "negative", "-0.1", r"settings.std_min must be a finite number >= 0"),
-      ("noise", "NaN", "math.nan", r"settings.noise must be a finite number >= 0"),
-      ("noise", "schedule with inf", "(0.1, math.inf)", r"settings.noise\[1\]"),
-      ("noise", "string", "'loud'", r"settings.noise must be a finite number"),
-      ("noise_decay", "0", "0.0", r"settings.noise_decay must be a finite number > 0"),
-      ("num_samples", "bool", "True", r"settings.num_samples must be an int >= 2, got True"),
       ("num_elites", "string", "'2'", r"settings.num_elites must be an int >= 1, got '2'"),
-      ("iterations", "0", "0", r"settings.iterations must be an int >= 1, got 0"),
+      ("noise_decay", "0", "0.0", r"settings.noise_decay must be a finite number > 0"),
+      ("noise", "NaN", "math.nan", r"settings.noise must be a finite number >= 0"),
       ("method", "unknown", "'random'", r"settings.method must be one of"))],
   ("sampling nstep 0", "sampling(nstep=0)", r"nstep must be an int >= 1, got 0"),
   ("sampling horizon float", "sampling(horizon=4.0)", r"horizon must be an int >= 1, got 4.0"),
@@ -306,7 +330,8 @@ HOLDS = [
     p = control.sampling(cost(control.Term(np.int64(2), np.float32(1.0), 'huber',
                                            np.float64(0.1)), control.Term(2)),
                          sim.params(1), horizon=np.int64(H), nstep=np.int32(1),
-                         settings=settings(temperature=np.float32(2.0), num_samples=np.int64(4),
+                         settings=settings('mppi', temperature=np.float32(2.0),
+                                           num_samples=np.int64(4),
                                            noise=np.float32(0.2)))
     assert p.horizon == H
     mean, std = control.cem_update(jnp.zeros(3), 1.0, samples, costs, np.int64(2),
@@ -374,7 +399,7 @@ HOLDS = [
     c = control.Cost(lambda x, u, obs, t: jnp.concatenate([x[slide:slide + 1], u]),
                      (control.Term(1), control.Term(pile.nu)))
     p = control.sampling(c, pile.params(1), horizon=2,
-                         settings=control.SamplingSettings(num_samples=2, num_knots=1))
+                         settings=control.PredictiveSettings(num_samples=2, num_knots=1))
     # The real system's spheres drawn into one another: its step overflows MuJoCo's stack.
     real = pile.params(1, ('geom_pos',), select={'geom_pos': list(range(2, 2 + SPHERES))},
                        set_const=True)

@@ -105,8 +105,14 @@ def cost(point, *terms):
 
 
 def sampling(point, **change):
-  fields = {k: change.pop(k) for k in list(change) if k in control.SamplingSettings._fields}
-  settings = control.SamplingSettings(**{"num_samples": 4, "num_knots": 2, **fields})
+  """A sampling planner of the method whose settings hold the fields changed."""
+  own = {"temperature": control.MPPISettings, "num_elites": control.CEMSettings,
+         "smoothing": control.CEMSettings, "std_min": control.CEMSettings}
+  kind = next((own[k] for k in change if k in own), control.PredictiveSettings)
+  fields = {k: change.pop(k) for k in list(change) if k in kind._fields}
+  small = {"num_samples": 4, "num_knots": 2, **({"num_elites": 2} if kind is control.CEMSettings
+                                                else {})}
+  settings = kind(**{**small, **fields})
   return control.sampling(change.pop("cost", None) or cost(point), point.params(1),
                           horizon=HORIZON, settings=settings, **change)
 
@@ -165,7 +171,7 @@ TARGETS: list[tuple[str, Callable[[Any, Any], Any], Callable[[Any], bool]]] = [
                                                                           high_open=True)),
       ("std_min", number(0.0)), ("noise", noise), ("noise_decay", number(0.0,
                                                                                low_open=True)),
-      ("num_samples", count(2)), ("iterations", count(1)), ("num_elites", count(1)))],
+      ("num_samples", count(2)), ("iterations", count(1)), ("num_elites", count(1, 4)))],
   ("num_knots", lambda p, x: sampling(p, num_knots=x), count(1, HORIZON)),
   ("mu_init", lambda p, x: ilqr_settings(p, mu_init=x), number(1e-6, high=1e8)),
   *[(f"settings.{field}", (lambda f: lambda p, x: ilqr_settings(p, **{f: x}))(field), valid)

@@ -1,4 +1,4 @@
-"""What the planners share: argument checks, params as rows, the state's tangent space, plan costs.
+"""What the planners share: argument checks, params as rows, simulations and plan costs.
 
 Every check here runs in Python on shapes and static values, before any custom call exists.
 """
@@ -17,7 +17,6 @@ from mjbatch_jax import _validate as v
 from mjbatch_jax import functions as fn
 from mjbatch_jax.control import cost as cost_lib
 from mjbatch_jax.params import Params, SimSpec
-from mjbatch_jax.tangent import Joints, differentiate_pos, integrate_pos
 
 # Warnings after which MuJoCo has reset a simulation (mj_checkPos/Vel/Acc) or zeroed its
 # controls: the row's later states are not what its controls did, so its cost is not a cost.
@@ -145,36 +144,6 @@ def check_params_rows(params: Any, allowed: tuple[int, ...]) -> SimSpec:
       want = " or ".join(str((n, *entry)) for n in allowed)
       raise ValueError(f"params[{name!r}] must have shape {want}, got {shape}")
   return spec
-
-
-class Tangent:
-  """The state's tangent space x = (qpos tangent, qvel, act), nx = 2 nv + na, as transition_fd's."""
-
-  def __init__(self, spec: SimSpec):
-    info = spec.model_info
-    self.joints = Joints.of(info.model)
-    self.layout = info.layout
-    self.nv, self.na = info.nv, info.na
-    self.nx = 2 * self.nv + self.na
-    lay = self.layout
-    self.rest = np.r_[np.arange(lay.qvel.start, lay.qvel.stop), np.arange(lay.act.start,
-                                                                          lay.act.stop)]
-
-  def difference(self, nominal: jax.Array, rows: jax.Array) -> jax.Array:
-    """(..., nx): rows minus nominal in the tangent space."""
-    q = self.layout.qpos
-    dq = differentiate_pos(self.joints, nominal[..., q], rows[..., q], 1.0)
-    return jnp.concatenate([dq, rows[..., self.rest] - nominal[..., self.rest]], axis=-1)
-
-  def retract(self, rows: jax.Array, dx: jax.Array) -> jax.Array:
-    """rows moved by tangent dx (..., nx), broadcast against each other."""
-    lead = jnp.broadcast_shapes(rows.shape[:-1], dx.shape[:-1])
-    rows = jnp.broadcast_to(rows, (*lead, rows.shape[-1]))
-    dx = jnp.broadcast_to(dx, (*lead, dx.shape[-1]))
-    q = self.layout.qpos
-    qpos = integrate_pos(self.joints, rows[..., q], dx[..., : self.nv], 1.0)
-    rows = rows.at[..., q].set(qpos)
-    return rows.at[..., self.rest].add(dx[..., self.nv :])
 
 
 def failed(warnings: jax.Array, errors: jax.Array) -> jax.Array:

@@ -37,7 +37,11 @@ from mjbatch_jax import derivatives
 from mjbatch_jax import functions as fn
 from mjbatch_jax.control import _plumbing as pl
 from mjbatch_jax.control import cost as cost_lib
+from mjbatch_jax.control.backward import LocalModel, backward_pass
+from mjbatch_jax.control.line_search import line_search
+from mjbatch_jax.control.qp import box_qp
 from mjbatch_jax.params import Params
+from mjbatch_jax.tangent import StateTangent
 
 
 class ILQRSettings(NamedTuple):
@@ -325,16 +329,105 @@ def _check_initial(cost, w, params, start, ctrls, nstep) -> None:
 # ------------------------------------------------------------------------------------- solve
 
 
-class _Model(NamedTuple):
-  """The local model of a trajectory: dynamics and cost derivatives at each knot."""
+def _dynamics(params: Params, tangent: StateTangent, states: jax.Array, us: jax.Array,
+              nstep: int, settings: ILQRSettings) -> tuple[jax.Array, jax.Array]:
+  """A_t (T, nx, nx), B_t (T, nx, nu) of every knot of the trajectory states, us."""
+  horizon, nx = us.shape[0], tangent.nx
+  if settings.linearization == "knot" or nstep == 1:
+    a, b = derivatives.transition_fd(states[:-1], us, pl.rows(params, horizon), eps=settings.eps,
+                                     nstep=nstep)
+    return a, b
+  # Every physics step's Jacobians (one rollout call records the substeps), chained.
+  held = jnp.repeat(us, nstep, axis=0)
+  subs, _ = fn.rollout(states[:1], held[None], pl.rows(params, 1))
+  before = jnp.concatenate([states[:1], subs[0, :-1]])
+  a, b = derivatives.transition_fd(before, held, pl.rows(params, horizon * nstep),
+                                   eps=settings.eps, method="native")
+  a = a.reshape(horizon, nstep, nx, nx).swapaxes(0, 1)
+  b = b.reshape(horizon, nstep, nx, us.shape[1]).swapaxes(0, 1)
 
-  a: jax.Array  # (T, nx, nx)
-  b: jax.Array  # (T, nx, nu)
-  l_x: jax.Array  # (T + 1, nx)
-  l_u: jax.Array  # (T + 1, nu)
-  l_xx: jax.Array  # (T + 1, nx, nx)
-  l_ux: jax.Array  # (T + 1, nu, nx)
-  l_uu: jax.Array  # (T + 1, nu, nu)
+  def chain(carry, step):
+    a_knot, b_knot = carry
+    a_s, b_s = step
+    return (a_s @ a_knot, a_s @ b_knot + b_s), None
+
+  start = (jnp.broadcast_to(jnp.eye(nx, dtype=a.dtype), a.shape[1:]), jnp.zeros_like(b[0]))
+  return jax.lax.scan(chain, start, (a, b))[0]
+
+
+def _linearize(cost: cost_lib.Cost, w: jax.Array, params: Params, tangent: StateTangent,
+               states: jax.Array, us: jax.Array, nstep: int, settings: ILQRSettings
+               ) -> LocalModel:
+  """The local model of the trajectory states (T + 1, nstate) of the controls us (T, nu)."""
+  a, b = _dynamics(params, tangent, states, us, nstep, settings)
+  horizon, nx, nstate, nu = us.shape[0], tangent.nx, states.shape[-1], us.shape[-1]
+  knots = jnp.arange(horizon + 1)
+  held = jnp.concatenate([us, us[-1:]])
+  if cost.observe:
+    # Every state and its nx tangent perturbations: one forward call observes them all.
+    moved = tangent.retract(states[:, None], settings.eps * jnp.eye(nx, dtype=states.dtype))
+    rows = jnp.concatenate([states[:, None], moved], axis=1)  # (T + 1, 1 + nx, nstate)
+    obs = fn.forward(rows.reshape(-1, nstate), pl.rows(params, (horizon + 1) * (1 + nx)),
+                     cost.observe)
+    obs = {k: v.reshape(horizon + 1, 1 + nx, *v.shape[1:]) for k, v in obs.items()}
+    r = pl.residuals(cost, rows, jnp.broadcast_to(held[:, None], (horizon + 1, 1 + nx, nu)),
+                     obs, knots[:, None])
+    r0 = r[:, 0]
+    j_x = ((r[:, 1:] - r[:, :1]) / settings.eps).swapaxes(1, 2)  # (T + 1, nr, nx)
+    obs0 = {k: v[:, 0] for k, v in obs.items()}
+    j_u = jax.vmap(jax.jacfwd(cost.residual, argnums=1))(states, held, obs0, knots)
+  else:
+    def local(x, u, t):
+      return lambda dx, du: cost.residual(tangent.retract(x, dx), u + du, {}, t)
+
+    def jacobians(x, u, t):
+      f = local(x, u, t)
+      zero_x, zero_u = jnp.zeros(nx, x.dtype), jnp.zeros_like(u)
+      return (f(zero_x, zero_u), *jax.jacfwd(f, argnums=(0, 1))(zero_x, zero_u))
+
+    r0, j_x, j_u = jax.vmap(jacobians)(states, held, knots)
+
+  def knot_cost(r, w_t):
+    return cost_lib.knot_cost(cost.terms, r, w_t)
+
+  g_r = jax.vmap(jax.grad(knot_cost))(r0, w)
+  h_r = jax.vmap(jax.hessian(knot_cost))(r0, w)
+  return LocalModel(
+    a, b,
+    l_x=jnp.einsum("tri,tr->ti", j_x, g_r), l_u=jnp.einsum("tri,tr->ti", j_u, g_r),
+    l_xx=jnp.einsum("tri,trs,tsj->tij", j_x, h_r, j_x),
+    l_ux=jnp.einsum("tri,trs,tsj->tij", j_u, h_r, j_x),
+    l_uu=jnp.einsum("tri,trs,tsj->tij", j_u, h_r, j_u),
+  )
+
+
+class _Carry(NamedTuple):
+  """The solve's state between iterations."""
+
+  states: jax.Array
+  us: jax.Array
+  value: jax.Array
+  mu: jax.Array
+  i: jax.Array
+  done: jax.Array
+  converged: jax.Array
+  history: jax.Array
+  ks: jax.Array
+  gains: jax.Array
+
+
+class _Try(NamedTuple):
+  """One backward pass and line search of an iteration, and whether its step was accepted."""
+
+  mu: jax.Array
+  tries: jax.Array
+  accepted: jax.Array
+  states: jax.Array
+  us: jax.Array
+  value: jax.Array
+  alpha: jax.Array
+  ks: jax.Array
+  gains: jax.Array
 
 
 @functools.partial(jax.jit, static_argnums=(0, 8, 9, 10, 11, 12))
@@ -342,181 +435,43 @@ def _solve(cost, w, params, start, ctrls, lo, hi, mu0, nstep, iterations, settin
            accept=None, gains_mu=None):
   """The solve; with gains_mu (M,), the final feedforward and gains are (M, ...): a backward
   pass at each of those mu about the one final linearisation."""
-  horizon = ctrls.shape[0]
-  spec = params.spec
-  tangent = pl.Tangent(spec)
-  nx = tangent.nx
+  horizon, nu = ctrls.shape
+  tangent = StateTangent.of(params.spec.model_info.model)
   alphas = jnp.asarray(settings.step_sizes, start.dtype)
   p_one = pl.rows(params, 1)
-  p_knots = pl.rows(params, horizon)
-  p_lines = pl.rows(params, len(settings.step_sizes))
-  p_rows = pl.rows(params, (horizon + 1) * (1 + nx))
-  p_substeps = pl.rows(params, horizon * nstep)
-  knots = jnp.arange(horizon + 1)
 
-  def knot_cost(r, w_t):
-    return cost_lib.knot_cost(cost.terms, r, w_t)
+  def linearize(states, us) -> LocalModel:
+    return _linearize(cost, w, params, tangent, states, us, nstep, settings)
 
-  def dynamics(states, us):
-    if settings.linearization == "knot" or nstep == 1:
-      return derivatives.transition_fd(states[:-1], us, p_knots, eps=settings.eps, nstep=nstep)
-    # Every physics step's Jacobians (one rollout call records the substeps), chained.
-    held = jnp.repeat(us, nstep, axis=0)
-    subs, _ = fn.rollout(states[:1], held[None], p_one)
-    before = jnp.concatenate([states[:1], subs[0, :-1]])
-    a, b = derivatives.transition_fd(before, held, p_substeps, eps=settings.eps, method="native")
-    a = a.reshape(horizon, nstep, nx, nx).swapaxes(0, 1)
-    b = b.reshape(horizon, nstep, nx, spec.nu).swapaxes(0, 1)
-
-    def chain(carry, step):
-      a_knot, b_knot = carry
-      a_s, b_s = step
-      return (a_s @ a_knot, a_s @ b_knot + b_s), None
-
-    start = (jnp.broadcast_to(jnp.eye(nx, dtype=a.dtype), a.shape[1:]), jnp.zeros_like(b[0]))
-    return jax.lax.scan(chain, start, (a, b))[0]
-
-  def linearize(states, us) -> _Model:
-    a, b = dynamics(states, us)
-    held = jnp.concatenate([us, us[-1:]])
-    if cost.observe:
-      # Every state and its nx tangent perturbations: one forward call observes them all.
-      moved = tangent.retract(states[:, None], settings.eps * jnp.eye(nx, dtype=states.dtype))
-      rows = jnp.concatenate([states[:, None], moved], axis=1)  # (T + 1, 1 + nx, nstate)
-      obs = fn.forward(rows.reshape(-1, spec.nstate), p_rows, cost.observe)
-      obs = {k: v.reshape(horizon + 1, 1 + nx, *v.shape[1:]) for k, v in obs.items()}
-      r = pl.residuals(cost, rows, jnp.broadcast_to(held[:, None], (horizon + 1, 1 + nx,
-                                                                    spec.nu)),
-                       obs, knots[:, None])
-      r0 = r[:, 0]
-      j_x = ((r[:, 1:] - r[:, :1]) / settings.eps).swapaxes(1, 2)  # (T + 1, nr, nx)
-      obs0 = {k: v[:, 0] for k, v in obs.items()}
-      j_u = jax.vmap(jax.jacfwd(cost.residual, argnums=1))(states, held, obs0, knots)
-    else:
-      def local(x, u, t):
-        return lambda dx, du: cost.residual(tangent.retract(x, dx), u + du, {}, t)
-
-      def jacobians(x, u, t):
-        f = local(x, u, t)
-        zero_x, zero_u = jnp.zeros(nx, x.dtype), jnp.zeros_like(u)
-        return (f(zero_x, zero_u), *jax.jacfwd(f, argnums=(0, 1))(zero_x, zero_u))
-
-      r0, j_x, j_u = jax.vmap(jacobians)(states, held, knots)
-    g_r = jax.vmap(jax.grad(knot_cost))(r0, w)
-    h_r = jax.vmap(jax.hessian(knot_cost))(r0, w)
-    return _Model(
-      a, b,
-      l_x=jnp.einsum("tri,tr->ti", j_x, g_r), l_u=jnp.einsum("tri,tr->ti", j_u, g_r),
-      l_xx=jnp.einsum("tri,trs,tsj->tij", j_x, h_r, j_x),
-      l_ux=jnp.einsum("tri,trs,tsj->tij", j_u, h_r, j_x),
-      l_uu=jnp.einsum("tri,trs,tsj->tij", j_u, h_r, j_u),
-    )
-
-  def backward(model: _Model, us, mu):
-    """Feedforward (T, nu), gains (T, nu, nx), expected decrease terms, whether it succeeded."""
-    def riccati(carry, knot):
-      v_x, v_xx, ok, dv = carry
-      a, b, l_x, l_u, l_xx, l_ux, l_uu, u = knot
-      q_x = l_x + a.T @ v_x
-      q_u = l_u + b.T @ v_x
-      va = v_xx @ a
-      q_xx = l_xx + a.T @ va
-      q_ux = l_ux + b.T @ va
-      q_uu = l_uu + b.T @ v_xx @ b
-      q_uu = 0.5 * (q_uu + q_uu.T)
-      k, gain, pd = _box_qp(q_uu + mu * jnp.eye(q_uu.shape[0], dtype=q_uu.dtype), q_u, q_ux,
-                           lo - u, hi - u, settings.boxqp_iterations)
-      v_x = q_x + gain.T @ (q_uu @ k + q_u) + q_ux.T @ k
-      v_xx = q_xx + gain.T @ q_uu @ gain + gain.T @ q_ux + q_ux.T @ gain
-      dv = dv + jnp.stack([k @ q_u, 0.5 * k @ q_uu @ k])
-      return (v_x, 0.5 * (v_xx + v_xx.T), ok & pd, dv), (k, gain)
-
-    final = (model.l_x[-1], model.l_xx[-1], jnp.asarray(True), jnp.zeros(2, us.dtype))
-    inputs = (model.a, model.b, model.l_x[:-1], model.l_u[:-1], model.l_xx[:-1], model.l_ux[:-1],
-              model.l_uu[:-1], us)
-    (_, _, ok, dv), (ks, gains) = jax.lax.scan(riccati, final, inputs, reverse=True)
-    return ks, gains, dv, ok
-
-  def line_search(states, us, ks, gains):
-    """The forward pass for every step size at once: the cheapest row."""
-    def knot(x, inputs):
-      k, gain, x_nom, u_nom = inputs
-      u = u_nom + alphas[:, None] * k + tangent.difference(x_nom, x) @ gain.T
-      # A backward pass through a blown-up linearisation can give NaN: such a row steps the
-      # nominal controls instead and counts as failed, so MuJoCo never sees (nor warns of) NaN.
-      finite = jnp.all(jnp.isfinite(u), axis=-1)
-      u = jnp.clip(jnp.where(finite[:, None], u, u_nom), lo, hi)
-      if cost.observe:
-        x, obs, warnings, errors = fn.step(x, u, p_lines, nstep=nstep, observe=cost.observe,
-                                           return_warnings=True, return_errors=True)
-      else:
-        x, warnings, errors = fn.step(x, u, p_lines, nstep=nstep, return_warnings=True,
-                                      return_errors=True)
-        obs = {}
-      return x, (x, u, obs, pl.failed(warnings, errors) | ~finite)
-
-    first = jnp.broadcast_to(states[0], (len(settings.step_sizes), spec.nstate))
-    _, (xs, new_us, obs, bad) = jax.lax.scan(knot, first, (ks, gains, states[:-1], us))
-    xs = jnp.concatenate([first[None], xs]).swapaxes(0, 1)  # (K, T + 1, nstate)
-    new_us = new_us.swapaxes(0, 1)
-    if cost.observe:
-      obs = {k: jnp.concatenate([jnp.broadcast_to(obs0[k], (1, *v.shape[1:])), v]).swapaxes(0, 1)
-             for k, v in obs.items()}
-    costs = pl.plan_costs(cost, w, xs, new_us, obs)
-    costs = jnp.where(jnp.any(bad, axis=0), jnp.inf, costs)
-    best = jnp.argmin(costs)
-    return xs[best], new_us[best], costs[best], best
+  def backward(model: LocalModel, us, mu):
+    return backward_pass(model, us, mu, lo, hi, settings.boxqp_iterations)
 
   states, obs, bad = pl.simulate(cost, p_one, start, ctrls, nstep)
   obs0 = {k: v[0] for k, v in obs.items()}  # of the start, which every trajectory shares
   value = pl.plan_costs(cost, w, states, ctrls, obs)
   value = jnp.where(bad, jnp.inf, value)
-  nu = spec.nu
   history = jnp.full(iterations + 1, jnp.nan, start.dtype).at[0].set(value)
-  zeros_k = jnp.zeros((horizon, nu), start.dtype)
-  zeros_gain = jnp.zeros((horizon, nu, nx), start.dtype)
 
-  class Carry(NamedTuple):
-    states: jax.Array
-    us: jax.Array
-    value: jax.Array
-    mu: jax.Array
-    i: jax.Array
-    done: jax.Array
-    converged: jax.Array
-    history: jax.Array
-    ks: jax.Array
-    gains: jax.Array
-
-  def iteration(c: Carry) -> Carry:
+  def iteration(c: _Carry) -> _Carry:
     model = linearize(c.states, c.us)
 
-    class Try(NamedTuple):
-      mu: jax.Array
-      tries: jax.Array
-      accepted: jax.Array
-      states: jax.Array
-      us: jax.Array
-      value: jax.Array
-      alpha: jax.Array
-      ks: jax.Array
-      gains: jax.Array
-
-    def attempt(t: Try) -> Try:
+    def attempt(t: _Try) -> _Try:
       ks, gains, _, ok = backward(model, c.us, t.mu)
-      xs, us, value, best = line_search(c.states, c.us, ks, gains)
+      xs, us, value, best = line_search(cost, w, params, tangent, c.states, c.us, ks, gains,
+                                        obs0, step_sizes=settings.step_sizes, lower=lo, upper=hi,
+                                        nstep=nstep)
       accepted = ok & (value < c.value)
       if accept is not None:  # asked only about a cheaper plan
         guard = accept
         accepted = jax.lax.cond(accepted, lambda: jnp.asarray(guard(xs, us), bool),
                                 lambda: jnp.asarray(False))
       mu = jnp.where(accepted, t.mu, t.mu * settings.mu_fail_factor)
-      return Try(mu, t.tries + 1, accepted, xs, us, value, alphas[best], ks, gains)
+      return _Try(mu, t.tries + 1, accepted, xs, us, value, alphas[best], ks, gains)
 
-    def again(t: Try) -> jax.Array:
+    def again(t: _Try) -> jax.Array:
       return ~t.accepted & (t.tries <= settings.max_retries) & (t.mu <= settings.mu_max)
 
-    t = jax.lax.while_loop(again, attempt, Try(c.mu, jnp.asarray(0), jnp.asarray(False),
+    t = jax.lax.while_loop(again, attempt, _Try(c.mu, jnp.asarray(0), jnp.asarray(False),
                                                 c.states, c.us, c.value,
                                                 jnp.asarray(0.0, start.dtype), c.ks, c.gains))
     improvement = c.value - t.value
@@ -530,15 +485,16 @@ def _solve(cost, w, params, start, ctrls, lo, hi, mu0, nstep, iterations, settin
     if verbose:
       jax.debug.print("iLQR iteration {i}: cost {v:.6g}  step {a:.3g}  mu {m:.2g}  "
                       "(accepted {acc})", i=c.i + 1, v=value, a=t.alpha, m=mu, acc=t.accepted)
-    return Carry(states, us, value, mu, c.i + 1, ~t.accepted | converged, converged,
-                 c.history.at[c.i + 1].set(value), t.ks, t.gains)
+    return _Carry(states, us, value, mu, c.i + 1, ~t.accepted | converged, converged,
+                  c.history.at[c.i + 1].set(value), t.ks, t.gains)
 
-  def running(c: Carry) -> jax.Array:
+  def running(c: _Carry) -> jax.Array:
     return ~c.done & (c.i < iterations)
 
-  c = Carry(states, ctrls, value, jnp.clip(mu0, settings.mu_min, settings.mu_max),
-            jnp.asarray(0), ~jnp.isfinite(value), jnp.asarray(False), history, zeros_k,
-            zeros_gain)
+  c = _Carry(states, ctrls, value, jnp.clip(mu0, settings.mu_min, settings.mu_max),
+             jnp.asarray(0), ~jnp.isfinite(value), jnp.asarray(False), history,
+             jnp.zeros((horizon, nu), start.dtype), jnp.zeros((horizon, nu, tangent.nx),
+                                                              start.dtype))
   c = jax.lax.while_loop(running, iteration, c)
   ks, gains = c.ks, c.gains
   if gains_mu is not None:
@@ -550,107 +506,6 @@ def _solve(cost, w, params, start, ctrls, lo, hi, mu0, nstep, iterations, settin
   elif settings.final_gains:
     ks, gains, _, _ = backward(linearize(c.states, c.us), c.us, c.mu)
   return ILQRResult(c.us, c.states, c.value, c.history, ks, gains, c.i, c.mu, c.converged)
-
-
-# ----------------------------------------------------------------------------------- box QP
-
-
-def box_qp(h: Any, g: Any, h_xu: Any, lower: Any, upper: Any, iterations: int
-           ) -> tuple[jax.Array, jax.Array, jax.Array]:
-  """min 1/2 d'H d + g'd over lower <= d <= upper by projected Newton; and the feedback gain.
-
-  As MuJoCo MPC's boxQP (Tassa et al. 2014): from the projection of the unconstrained solution,
-  Newton steps on the free entries (those not at a bound that the gradient pushes against),
-  each with a projected backtracking line search. The gain is -H_ff^-1 h_xu on the free rows, 0
-  on the clamped.
-
-  Args:
-    h: (m, m), symmetric.
-    g: (m,).
-    h_xu: (m, n).
-    lower, upper: (m,) or numbers, lower <= upper (infinite: no bound).
-    iterations: most Newton iterations, an int >= 0 (static).
-
-  Returns:
-    d (m,), gain (m, n) and whether h is positive definite.
-  """
-  g = v.array("g", g, shape=(None,))
-  m = g.shape[0]
-  h = v.array("h", h, shape=(m, m))
-  h_xu = v.array("h_xu", h_xu, shape=(m, None))
-  lower = v.vector("lower", lower, m, finite=True, allow_inf=True)
-  upper = v.vector("upper", upper, m, finite=True, allow_inf=True)
-  if pl.is_concrete(lower, upper) and np.any(np.asarray(lower) > np.asarray(upper)):
-    raise ValueError(f"lower must be <= upper, got {v.shown(lower)} and {v.shown(upper)}")
-  iterations = v.integer("iterations", iterations, low=0)
-  return _box_qp(h, g, h_xu, lower, upper, iterations)
-
-
-def _box_qp(h: jax.Array, g: jax.Array, h_xu: jax.Array, lower: jax.Array, upper: jax.Array,
-            iterations: int) -> tuple[jax.Array, jax.Array, jax.Array]:
-  """box_qp on checked arguments (the backward pass's, at every knot)."""
-  m = g.shape[0]
-  eye = jnp.eye(m, dtype=h.dtype)
-  pd = _positive_definite(h)
-  h_inv = jnp.linalg.inv(h)
-  backtrack = 0.5 ** jnp.arange(8, dtype=h.dtype)
-
-  def value(d: jax.Array) -> jax.Array:
-    return 0.5 * jnp.einsum("...i,ij,...j->...", d, h, d) + d @ g
-
-  def free_set(d: jax.Array, grad: jax.Array) -> jax.Array:
-    return ~(((d <= lower) & (grad > 0)) | ((d >= upper) & (grad < 0)))
-
-  def masked_inverse(free: jax.Array) -> jax.Array:
-    both = free[:, None] & free[None, :]
-    return jnp.linalg.inv(jnp.where(both, h, eye))
-
-  def newton(carry):
-    d, i, _ = carry
-    grad = g + h @ d
-    free = free_set(d, grad)
-    step = -(masked_inverse(free) @ jnp.where(free, grad, 0.0)) * free
-    trial = jnp.clip(d + backtrack[:, None] * step, lower, upper)
-    gain = value(d) - value(trial)
-    # Armijo on the projected step: a tenth of the decrease its slope promises.
-    good = gain >= 0.1 * -((trial - d) @ grad)
-    good = good & (gain > 0)
-    pick = jnp.argmax(good)
-    d = jnp.where(good[pick], trial[pick], d)
-    return d, i + 1, ~good[pick]
-
-  def more(carry) -> jax.Array:
-    _, i, stalled = carry
-    return (i < iterations) & ~stalled
-
-  d0 = jnp.clip(-h_inv @ g, lower, upper)
-  d, _, _ = jax.lax.while_loop(more, newton, (d0, jnp.asarray(0), jnp.asarray(False)))
-  free = free_set(d, g + h @ d)
-  gain = -(masked_inverse(free) @ h_xu) * free[:, None]
-  return d, gain, pd
-
-
-def _positive_definite(h: jax.Array) -> jax.Array:
-  """Whether symmetric h is positive definite: a Cholesky factorisation in plain JAX ops.
-
-  (jnp.linalg.cholesky calls LAPACK's potrf, whose threads took milliseconds per small matrix
-  on a busy 2-CPU machine; this loop is microseconds.)
-  """
-  m = h.shape[0]
-  index = jnp.arange(m)
-
-  def column(j, carry):
-    low, ok = carry
-    row = jnp.where(index < j, low[j], 0.0)
-    pivot = h[j, j] - row @ row
-    ok = ok & (pivot > 0)
-    root = jnp.sqrt(jnp.where(pivot > 0, pivot, 1.0))
-    col = (h[:, j] - low @ row) / root
-    col = jnp.where(index > j, col, 0.0).at[j].set(root)
-    return low.at[:, j].set(col), ok
-
-  _, ok = jax.lax.fori_loop(0, m, column, (jnp.zeros_like(h), jnp.asarray(True)))
-  return ok
 
 
 __all__ = ["ILQRResult", "ILQRSettings", "box_qp", "ilqr", "ilqr_gains", "shift"]

@@ -43,7 +43,7 @@ class StepInfo(NamedTuple):
   own info), so code written for the planner's info keeps working.
 
   Attributes:
-    planner: the planner's info (SamplingInfo, ILQRResult, ...).
+    planner: the planner's info (SamplingResult, ILQRResult, ...).
     real_warnings: (apply, mjNWARNING) int32: MuJoCo's warnings of the real system, per applied
       control (mjbatch_jax.step's return_warnings).
     real_reset: (apply,) bool: MuJoCo reset the real system during that control (its qpos, qvel

@@ -17,6 +17,7 @@ costs infinity and the planning step goes on without it. The pure parts (`gaussi
 """
 
 import functools
+import warnings
 from collections.abc import Callable, Sequence
 from typing import Any, NamedTuple
 
@@ -136,25 +137,89 @@ def _like_mean(name: str, x: Any, shape: tuple[int, ...], *, finite: bool = Fals
 # -- planners over plans ------------------------------------------------------------------------
 
 
-class SamplingSettings(NamedTuple):
-  """A sampling planner's options; static (hashable).
+class PredictiveSettings(NamedTuple):
+  """Predictive sampling's options (the plan moves to the cheapest candidate); static (hashable).
 
   Attributes:
-    method: "predictive", "mppi" or "cem".
     num_samples: K candidates per iteration, the rows of one rollout call.
     num_knots: P knots of the plan (at most the horizon).
     interpolation: "zero", "linear" or "cubic" (control.splines).
     noise: the sampling spread of every knot as a fraction of half its control's range (MuJoCo
       MPC's convention; absolute for unlimited controls), or P such numbers: a schedule along
       the horizon.
-    noise_decay: the spread of iteration i of one planning call is noise * noise_decay**i.
     iterations: iterations per planning call.
-    num_elites: CEM's elite set.
-    smoothing: CEM's weight of the old mean and spread.
-    std_min: CEM's floor of the spread (same units as noise).
-    temperature: MPPI's.
+    noise_decay: the spread of iteration i of one planning call is noise * noise_decay**i.
   """
 
+  num_samples: int = 256
+  num_knots: int = 10
+  interpolation: str = "linear"
+  noise: float | tuple[float, ...] = 0.1
+  iterations: int = 1
+  noise_decay: float = 1.0
+
+  @property
+  def method(self) -> str:
+    return "predictive"
+
+
+class MPPISettings(NamedTuple):
+  """MPPI's options: PredictiveSettings' fields and the temperature; static (hashable).
+
+  Attributes:
+    num_samples, num_knots, interpolation, noise, iterations, noise_decay: as
+      PredictiveSettings'.
+    temperature: the plan moves to the candidates' average weighted by
+      exp(-(cost - min cost) / temperature), a number > 0.
+  """
+
+  num_samples: int = 256
+  num_knots: int = 10
+  interpolation: str = "linear"
+  noise: float | tuple[float, ...] = 0.1
+  iterations: int = 1
+  noise_decay: float = 1.0
+  temperature: float = 1.0
+
+  @property
+  def method(self) -> str:
+    return "mppi"
+
+
+class CEMSettings(NamedTuple):
+  """The cross-entropy method's options: PredictiveSettings' fields and the elites'.
+
+  The plan moves to the mean of the num_elites cheapest candidates and the sampling spread to
+  their spread, each smoothed: `noise` is the spread of a new plan (planner.init), and later
+  spreads are the elites' (no noise_decay). Static (hashable).
+
+  Attributes:
+    num_samples, num_knots, interpolation, noise, iterations: as PredictiveSettings'.
+    num_elites: the elite set, in [1, num_samples].
+    smoothing: the weight of the old mean and spread, in [0, 1).
+    std_min: the floor of the spread (same units as noise), >= 0.
+  """
+
+  num_samples: int = 256
+  num_knots: int = 10
+  interpolation: str = "linear"
+  noise: float | tuple[float, ...] = 0.1
+  iterations: int = 1
+  num_elites: int = 16
+  smoothing: float = 0.0
+  std_min: float = 0.01
+
+  @property
+  def method(self) -> str:
+    return "cem"
+
+
+Settings = PredictiveSettings | MPPISettings | CEMSettings
+SETTINGS: dict[str, type[Settings]] = {"predictive": PredictiveSettings, "mppi": MPPISettings,
+                                       "cem": CEMSettings}
+
+
+class _SamplingSettingsFields(NamedTuple):
   method: str = "predictive"
   num_samples: int = 256
   num_knots: int = 10
@@ -168,6 +233,24 @@ class SamplingSettings(NamedTuple):
   temperature: float = 1.0
 
 
+class SamplingSettings(_SamplingSettingsFields):
+  """Deprecated: the options of every method in one bag; use PredictiveSettings, MPPISettings or
+  CEMSettings (control.SETTINGS[method]), whose fields all apply.
+
+  sampling() still accepts it for one release: it checks every field as before and plans with
+  the per-method settings of its method.
+  """
+
+  __slots__ = ()
+
+  def __new__(cls, *args: Any, **kwargs: Any) -> "SamplingSettings":
+    warnings.warn("control.SamplingSettings is deprecated and will be removed in the next "
+                  "release: use control.PredictiveSettings, control.MPPISettings or "
+                  "control.CEMSettings (control.SETTINGS[method])", DeprecationWarning,
+                  stacklevel=2)
+    return super().__new__(cls, *args, **kwargs)
+
+
 class SamplingPlan(NamedTuple):
   """A sampling planner's state: the knots (P, nu) and CEM's spread (P, nu)."""
 
@@ -175,8 +258,8 @@ class SamplingPlan(NamedTuple):
   std: jax.Array
 
 
-class SamplingInfo(NamedTuple):
-  """What a planning call saw.
+class SamplingResult(NamedTuple):
+  """What a sampling planner's update saw (its info; ILQRResult is iLQR's).
 
   Attributes:
     cost: the cheapest candidate's cost in the last iteration.
@@ -214,7 +297,8 @@ class Planner(NamedTuple):
 
 
 def sampling(cost: cost_lib.Cost, params: Params, *, horizon: int, nstep: int = 1,
-             settings: SamplingSettings | None = None, bounds: Any = None) -> Planner:
+             settings: Settings | SamplingSettings | None = None, bounds: Any = None
+             ) -> Planner:
   """A sampling planner (predictive sampling, MPPI or CEM) of horizon T controls.
 
   Args:
@@ -223,7 +307,8 @@ def sampling(cost: cost_lib.Cost, params: Params, *, horizon: int, nstep: int = 
       domain randomisation).
     horizon: T controls per plan.
     nstep: physics steps per control.
-    settings: SamplingSettings (default: SamplingSettings()).
+    settings: PredictiveSettings, MPPISettings or CEMSettings, the method's options (default:
+      PredictiveSettings()); a deprecated SamplingSettings is converted to its method's.
     bounds: (lower, upper) of the controls; default: the model's ctrlrange where limited.
 
   Returns:
@@ -231,12 +316,12 @@ def sampling(cost: cost_lib.Cost, params: Params, *, horizon: int, nstep: int = 
 
   Example:
     planner = control.sampling(cost, sim.params(1), horizon=25, nstep=4,
-                               settings=control.SamplingSettings("cem", num_samples=1024))
+                               settings=control.CEMSettings(num_samples=1024))
     plan = planner.init()
     plan, info = planner.update(plan, state, key)
     first = planner.controls(plan)[0]
   """
-  settings = _check_settings(SamplingSettings() if settings is None else settings, horizon)
+  settings = _check_settings(PredictiveSettings() if settings is None else settings, horizon)
   horizon = int(horizon)
   cost = pl.check_cost(cost)
   spec = pl.check_params_rows(params, (1, settings.num_samples))
@@ -251,7 +336,8 @@ def sampling(cost: cost_lib.Cost, params: Params, *, horizon: int, nstep: int = 
   noise = np.broadcast_to(np.asarray(settings.noise, np.float64)[..., None], (settings.num_knots,
                                                                               spec.nu))
   spread = jnp.asarray(noise * half)
-  floor = jnp.asarray(settings.std_min * np.broadcast_to(half, spread.shape))
+  std_min = settings.std_min if isinstance(settings, CEMSettings) else 0.0  # CEM's alone
+  floor = jnp.asarray(std_min * np.broadcast_to(half, spread.shape))
 
   def init(ctrls: Any = None) -> SamplingPlan:
     if ctrls is None:
@@ -274,14 +360,16 @@ def sampling(cost: cost_lib.Cost, params: Params, *, horizon: int, nstep: int = 
                         v.array("plan.std", plan.std, shape, finite=True))
 
   def update(plan: SamplingPlan, state: Any, key: Any, params_now: Params | None = None
-             ) -> tuple[SamplingPlan, SamplingInfo]:
+             ) -> tuple[SamplingPlan, SamplingResult]:
     plan = checked(plan)
     state = pl.check_start(state, spec, "state")
     key = pl.check_key("key", key)
     p = params if params_now is None else params_now
     if params_now is not None:
       pl.check_params_rows(params_now, (1, settings.num_samples))
-    return _update(cost, w, p, state, plan, key, lo, hi, interp, spread, floor, nstep, settings)
+    # The method is a static argument of its own: settings of two methods may be equal tuples.
+    return _update(cost, w, p, state, plan, key, lo, hi, interp, spread, floor, nstep,
+                   settings.method, settings)
 
   def controls(plan: SamplingPlan) -> jax.Array:
     return jnp.clip(interp @ checked(plan).knots, lo, hi)
@@ -296,17 +384,17 @@ def sampling(cost: cost_lib.Cost, params: Params, *, horizon: int, nstep: int = 
   return Planner(init, update, controls, shift, horizon, nstep)
 
 
-def _check_settings(settings: Any, horizon: int) -> SamplingSettings:
-  if not isinstance(settings, SamplingSettings):
-    raise ValueError(f"settings must be control.SamplingSettings, got {type(settings).__name__}")
-  for name in SamplingSettings._fields:
+def _check_settings(settings: Any, horizon: int) -> Settings:
+  """The per-method settings, every field checked (a SamplingSettings converted)."""
+  if isinstance(settings, SamplingSettings):
+    settings = _converted(settings)
+  if not isinstance(settings, PredictiveSettings | MPPISettings | CEMSettings):
+    raise ValueError("settings must be control.PredictiveSettings, control.MPPISettings or "
+                     f"control.CEMSettings, got {type(settings).__name__}")
+  for name in type(settings)._fields:
     v.static(f"settings.{name}", getattr(settings, name))  # static: hashed by jit
-  method = v.one_of("settings.method", settings.method, METHODS)
   splines.check(settings.num_knots, horizon, settings.interpolation)
   k = v.integer("settings.num_samples", settings.num_samples, low=2)
-  num_elites = v.integer("settings.num_elites", settings.num_elites, low=1)
-  if method == "cem" and num_elites > k:
-    raise ValueError(f"settings.num_elites must be in [1, num_samples={k}], got {num_elites}")
   knots = int(settings.num_knots)
   noise = settings.noise
   if isinstance(noise, Sequence | np.ndarray) and not isinstance(noise, str):
@@ -316,19 +404,47 @@ def _check_settings(settings: Any, horizon: int) -> SamplingSettings:
     noise = tuple(v.number(f"settings.noise[{i}]", x, low=0.0) for i, x in enumerate(noise))
   else:
     noise = v.number("settings.noise", noise, low=0.0)
-  smoothing = v.number("settings.smoothing", settings.smoothing, low=0.0)
+  iterations = v.integer("settings.iterations", settings.iterations, low=1)
+  common = {"num_samples": k, "num_knots": knots, "noise": noise, "iterations": iterations}
+  if isinstance(settings, CEMSettings):
+    num_elites = v.integer("settings.num_elites", settings.num_elites, low=1)
+    if num_elites > k:
+      raise ValueError(f"settings.num_elites must be in [1, num_samples={k}], got {num_elites}")
+    return settings._replace(**common, num_elites=num_elites,
+                             smoothing=_smoothing(settings.smoothing),
+                             std_min=v.number("settings.std_min", settings.std_min, low=0.0))
+  decay = v.number("settings.noise_decay", settings.noise_decay, low=0.0, low_open=True)
+  if isinstance(settings, MPPISettings):
+    return settings._replace(**common, noise_decay=decay, temperature=v.number(
+      "settings.temperature", settings.temperature, low=0.0, low_open=True))
+  return settings._replace(**common, noise_decay=decay)
+
+
+def _smoothing(value: Any) -> float:
+  smoothing = v.number("settings.smoothing", value, low=0.0)
   if smoothing >= 1:
     raise ValueError(f"settings.smoothing must be a finite number in [0, 1), got {smoothing}")
-  return settings._replace(
-    method=method, num_samples=k, num_knots=knots, num_elites=num_elites, noise=noise,
-    noise_decay=v.number("settings.noise_decay", settings.noise_decay, low=0.0, low_open=True),
-    iterations=v.integer("settings.iterations", settings.iterations, low=1),
-    smoothing=smoothing, std_min=v.number("settings.std_min", settings.std_min, low=0.0),
-    temperature=v.number("settings.temperature", settings.temperature, low=0.0, low_open=True))
+  return smoothing
 
 
-@functools.partial(jax.jit, static_argnums=(0, 11, 12))
-def _update(cost, w, params, start, plan, key, lo, hi, interp, spread, floor, nstep, settings):
+def _converted(settings: SamplingSettings) -> Settings:
+  """A deprecated SamplingSettings as its method's settings, every field checked as before (the
+  fields of the other methods too)."""
+  for name in SamplingSettings._fields:
+    v.static(f"settings.{name}", getattr(settings, name))
+  method = v.one_of("settings.method", settings.method, METHODS)
+  v.integer("settings.num_elites", settings.num_elites, low=1)
+  _smoothing(settings.smoothing)
+  v.number("settings.std_min", settings.std_min, low=0.0)
+  v.number("settings.temperature", settings.temperature, low=0.0, low_open=True)
+  v.number("settings.noise_decay", settings.noise_decay, low=0.0, low_open=True)
+  kind = SETTINGS[method]
+  return kind(**{name: getattr(settings, name) for name in kind._fields})
+
+
+@functools.partial(jax.jit, static_argnums=(0, 11, 12, 13))
+def _update(cost, w, params, start, plan, key, lo, hi, interp, spread, floor, nstep, method,
+            settings):
   k = settings.num_samples
   p = pl.rows(params, k)
   starts = jnp.broadcast_to(start, (k, start.shape[-1]))
@@ -353,19 +469,19 @@ def _update(cost, w, params, start, plan, key, lo, hi, interp, spread, floor, ns
   def iteration(carry, inputs):
     knots, std = carry
     i, subkey = inputs
-    scale = std if settings.method == "cem" else spread * settings.noise_decay**i
+    scale = std if method == "cem" else spread * settings.noise_decay**i
     candidates = _gaussian_samples(subkey, knots, scale, k, lo, hi)
     costs = evaluate(candidates)
-    if settings.method == "predictive":
+    if method == "predictive":
       knots = candidates[jnp.argmin(costs)]
-    elif settings.method == "mppi":
+    elif method == "mppi":
       knots = _mppi_update(candidates, costs, settings.temperature)
     else:
       knots, std = _cem_update(knots, std, candidates, costs, settings.num_elites,
                               settings.smoothing)
       std = jnp.maximum(std, floor)
     finite = jnp.isfinite(costs)
-    info = SamplingInfo(jnp.min(costs), costs[0],
+    info = SamplingResult(jnp.min(costs), costs[0],
                         jnp.sum(jnp.where(finite, costs, 0.0)) / jnp.maximum(finite.sum(), 1),
                         jnp.sum(~finite))
     return (knots, std), info
@@ -373,10 +489,21 @@ def _update(cost, w, params, start, plan, key, lo, hi, interp, spread, floor, ns
   keys = jax.random.split(key, settings.iterations)
   (knots, std), infos = jax.lax.scan(iteration, (plan.knots, plan.std),
                                      (jnp.arange(settings.iterations), keys))
-  info = SamplingInfo(infos.cost[-1], infos.nominal_cost[0], infos.mean_cost[-1],
+  info = SamplingResult(infos.cost[-1], infos.nominal_cost[0], infos.mean_cost[-1],
                       infos.failed[-1])
   return SamplingPlan(knots, std), info
 
 
-__all__ = ["METHODS", "Planner", "SamplingInfo", "SamplingPlan", "SamplingSettings",
-           "cem_update", "gaussian_samples", "mppi_update", "sampling"]
+
+
+def __getattr__(name: str) -> Any:
+  if name == "SamplingInfo":  # renamed as ILQRResult's sibling
+    warnings.warn("control.SamplingInfo is control.SamplingResult now; SamplingInfo will be "
+                  "removed in the next release", DeprecationWarning, stacklevel=2)
+    return SamplingResult
+  raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+__all__ = ["METHODS", "SETTINGS", "CEMSettings", "MPPISettings", "Planner", "PredictiveSettings",
+           "SamplingPlan", "SamplingResult", "SamplingSettings", "Settings", "cem_update",
+           "gaussian_samples", "mppi_update", "sampling"]
