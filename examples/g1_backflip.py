@@ -1631,9 +1631,8 @@ LAND_HORIZON = 20
 # nominal robot and the other 20 stood under both); from the knot before each robot's own
 # touchdown (as the nominal model predicts it at the tilt's choice), 6.
 LAND_LEAD = 3
-LAND_SETTINGS = control.SamplingSettings("cem", num_samples=64, num_knots=5,
-                                         interpolation="linear", noise=0.1, iterations=1,
-                                         num_elites=8, std_min=0.02)
+LAND_SETTINGS = control.CEMSettings(num_samples=64, num_knots=5, interpolation="linear", noise=0.1,
+                                    iterations=1, num_elites=8, std_min=0.02)
 LAND_WEIGHTS = {"touch": 300.0, "height": 30.0, "tilt": 50.0, "balance": 300.0, "root_vel": 0.5,
                 "joint_vel": 0.01, "ctrl": 0.05}
 LAND_SEED = 100
@@ -1645,7 +1644,14 @@ def landing_settings() -> dict:
           "pitch_floor": [PITCH_FLOOR, PITCH_SCALE], "tilts": list(LANDING_TILTS),
           "tilt_lead": TILT_LEAD, "land_lead": LAND_LEAD, "span": PUSH_SPAN,
           "early_knots": EARLY_KNOTS, "horizon": LAND_HORIZON,
-          "mpc": list(LAND_SETTINGS), "weights": LAND_WEIGHTS, "seed": LAND_SEED}
+          "mpc": _settings_record(LAND_SETTINGS), "weights": LAND_WEIGHTS, "seed": LAND_SEED}
+
+
+def _settings_record(s: control.CEMSettings) -> list:
+  """The landing MPC's settings as saved plans record them (the fields of the former
+  control.SamplingSettings, in its order: noise_decay and temperature do not apply to CEM)."""
+  return ["cem", s.num_samples, s.num_knots, s.interpolation, s.noise, 1.0, s.iterations,
+          s.num_elites, s.smoothing, s.std_min, 1.0]
 
 
 def phase_masks(z: np.ndarray, t_push: float, frames: int) -> np.ndarray:

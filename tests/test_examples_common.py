@@ -71,7 +71,7 @@ def test_run_mpc_is_the_receding_horizon_loop(cartpole, capsys):
       return jnp.concatenate([x[lay.qpos], 0.1 * u])
 
     cost = control.Cost(residual, (control.Term(cartpole.nq), control.Term(cartpole.nu)))
-    settings = control.SamplingSettings("predictive", 8, 3, noise=0.5)
+    settings = control.PredictiveSettings(8, 3, noise=0.5)
     planner = control.sampling(cost, sim.params(1), horizon=5, nstep=2, settings=settings)
     start = sim.init_state(1)[0].at[lay.qpos.start + 1].set(0.3)
     rows, timing = common.run_mpc(planner, sim.params(1), start, 3, 3, every=2,
