@@ -336,7 +336,7 @@ def test_ilqr_refuses_bad_input_before_any_custom_call(point, no_custom_calls):
   refused(r"Cost.observe must be a sequence", cost=good._replace(observe="xpos"))
   refused(r"one boolean .*got ShapeDtypeStruct\(shape=\(5,\)", accept=lambda xs, us: us[:, 0] > 0)
   refused(r"one boolean .*dtype=float", accept=lambda xs, us: jnp.sum(us))
-  with pytest.raises(TypeError, match=r"accept must be a function"):
+  with pytest.raises(ValueError, match=r"accept must be a function"):
     control.ilqr(good, params, start, ctrls, accept=True)  # type: ignore[arg-type]
 
 

@@ -210,7 +210,7 @@ REFUSED = [
   ("shift empty plan", "control.shift(jnp.zeros((0, 2)), 1)", r"ctrls must hold T >= 1"),
   ("box_qp h wrong shape",
    "control.box_qp(jnp.eye(3), jnp.ones(2), jnp.eye(2), -1.0, 1.0, 5)",
-   r"h must have shape \(2, 2\), got \(3, 3\)"),
+   r"h must have shape \(2, 2\) to match g of shape \(2,\), got \(3, 3\)"),
   ("box_qp lower wrong length",
    "control.box_qp(jnp.eye(2), jnp.ones(2), jnp.eye(2), -jnp.ones(3), 1.0, 5)",
    r"lower must be a number or have shape \(2,\)"),

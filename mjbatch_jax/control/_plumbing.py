@@ -61,18 +61,21 @@ def check_cost(cost: Any) -> cost_lib.Cost:
 
 def check_plan(name: str, ctrls: Any, nu: int, finite: bool = False) -> jax.Array:
   """ctrls (T, nu) with T >= 1; with finite, NaN and inf refused where the values are known."""
+  given = ctrls
   ctrls = v.array(name, ctrls)
   if ctrls.ndim != 2 or ctrls.shape[1] != nu:
     raise ValueError(f"{name} must be (T, nu={nu}) controls, got shape {ctrls.shape}")
   if ctrls.shape[0] < 1:
     raise ValueError(f"{name} has a horizon of 0 knots: a plan needs T >= 1 controls")
   if finite:
-    v.array(name, ctrls, finite=True)
+    v.array(name, given, finite=True)
   return ctrls
 
 
-def check_start(start: Any, spec: SimSpec, name: str = "start") -> jax.Array:
-  start = v.array(name, start)
+def check_start(start: Any, spec: SimSpec, name: str = "start", finite: bool = False
+                ) -> jax.Array:
+  """One state row; with finite, NaN and inf refused where the values are known."""
+  start = v.array(name, start, finite=finite)
   if start.shape != (spec.nstate,):
     raise ValueError(f"{name} must be one state row of shape ({spec.nstate},), got "
                      f"{start.shape}")
@@ -153,7 +156,13 @@ def failed(warnings: jax.Array, errors: jax.Array) -> jax.Array:
 
 
 def observe_shapes(spec: SimSpec, observe: tuple[str, ...]) -> dict[str, tuple[int, ...]]:
-  return {name: _checks.forward_shape(spec, name) for name in observe}
+  shapes = {}
+  for name in observe:
+    try:
+      shapes[name] = _checks.forward_shape(spec, name)
+    except ValueError as e:
+      raise ValueError(f"Cost.observe names {name!r}: {e}") from None
+  return shapes
 
 
 def residuals(cost: cost_lib.Cost, states: jax.Array, ctrls: jax.Array, obs: dict,

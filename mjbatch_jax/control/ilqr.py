@@ -238,8 +238,9 @@ def _prepare(cost, params, start, ctrls, nstep, bounds, settings):
   cost = pl.check_cost(cost)
   spec = pl.check_params_rows(params, (1,))
   nstep = pl.check_count("nstep", nstep)
-  start = pl.check_start(start, spec)
-  ctrls = pl.check_plan("ctrls", ctrls, spec.nu).astype(start.dtype)
+  # A NaN or inf start or plan has no trajectory to improve: refused by name where known.
+  start = pl.check_start(start, spec, finite=True)
+  ctrls = pl.check_plan("ctrls", ctrls, spec.nu, finite=True).astype(start.dtype)
   lo, hi = pl.check_bounds(bounds, spec)
   settings = _check_settings(ILQRSettings() if settings is None else settings)
   if settings.linearization == "substeps" and spec.model_info.integrator == int(
@@ -304,9 +305,13 @@ def _check_settings(settings: Any) -> ILQRSettings:
 def _check_accept(accept: Any, start: jax.Array, ctrls: jax.Array) -> None:
   """accept is a function of (states, ctrls) that returns one boolean (traced, not run)."""
   if not callable(accept):
-    raise TypeError(f"accept must be a function (states, ctrls) -> bool, got {type(accept)}")
+    raise ValueError(f"accept must be a function (states, ctrls) -> bool, got {v.shown(accept)}")
   states = jax.ShapeDtypeStruct((ctrls.shape[0] + 1, start.shape[0]), start.dtype)
-  out = jax.eval_shape(accept, states, jax.ShapeDtypeStruct(ctrls.shape, ctrls.dtype))
+  try:
+    out = jax.eval_shape(accept, states, jax.ShapeDtypeStruct(ctrls.shape, ctrls.dtype))
+  except Exception as e:
+    raise ValueError(f"accept(states {states.shape}, ctrls {ctrls.shape}) failed: "
+                     f"{type(e).__name__}: {e}") from e
   if not (isinstance(out, jax.ShapeDtypeStruct) and out.shape == () and out.dtype == jnp.bool_):
     raise ValueError("accept(states, ctrls) must return one boolean (a scalar of dtype bool), "
                      f"got {out}")

@@ -37,7 +37,9 @@ def box_qp(h: Any, g: Any, h_xu: Any, lower: Any, upper: Any, iterations: int
   """
   g = v.array("g", g, shape=(None,))
   m = g.shape[0]
-  h = v.array("h", h, shape=(m, m))
+  h = v.array("h", h)
+  if h.shape != (m, m):
+    raise ValueError(f"h must have shape ({m}, {m}) to match g of shape ({m},), got {h.shape}")
   h_xu = v.array("h_xu", h_xu, shape=(m, None))
   lower = v.vector("lower", lower, m, finite=True, allow_inf=True)
   upper = v.vector("upper", upper, m, finite=True, allow_inf=True)
