@@ -136,8 +136,7 @@ class Parameters:
     maps: `Inertia` and `Field` maps; no two may write the same row of a field.
     set_const: recompute the derived constants from the params in every call, so that each
       simulation equals a model compiled with its values (needed for inertias, body positions,
-      ...; one mj_setConst per simulation and call: +48% on a derivative call of the arm of
-      examples/sysid.py, per examples/results/sysid.log at commit d7f560b).
+      ...; it costs one mj_setConst per simulation and call: docs/sysid.md gives its price).
 
   Attributes:
     size: how many numbers theta has.
