@@ -11,9 +11,12 @@ the next Simulator made or closed outside of any trace. Programs of open engines
 caller's own, are compiled again at their next call.
 """
 
+import collections
 import ctypes
 import ctypes.util
 import threading
+from collections.abc import Callable, Sequence
+from typing import Any
 
 import jax
 from jax._src import core as _core  # trace_state_clean: is any trace in progress?
@@ -79,3 +82,61 @@ def _trim() -> None:
       ctypes.CDLL(name).malloc_trim(0)
     except (OSError, AttributeError):
       pass
+
+
+class BoundedJit:
+  """jax.jit of fn whose static arguments (a user's cost, settings) are bound per key, keeping
+  the `limit` most recently used: a bounded jax.jit(fn, static_argnums=...).
+
+  A module-level jax.jit keeps the program of every distinct static argument for the life of the
+  process (JAX keys its caches on the jitted function, which never dies), so a loop that makes
+  a cost or a residual anew each time grows by a program per pass. Here each key gets a function
+  of its own, jitted, and the least recently used are dropped with their programs. Calls take
+  their arguments by position; a key that cannot be hashed compiles for that call alone.
+
+    _solve = BoundedJit(_solve_impl, static_argnums=(0, 8))
+    _solve(cost, w, ..., nstep)        # as jax.jit(_solve_impl, static_argnums=(0, 8)) would
+  """
+
+  def __init__(self, fn: Callable[..., Any], static_argnums: Sequence[int], limit: int = 8):
+    self._fn = fn
+    self._static = tuple(sorted(static_argnums))
+    self.limit = limit
+    self._held: collections.OrderedDict[Any, Callable[..., Any]] = collections.OrderedDict()
+    self._lock = threading.Lock()
+
+  def __len__(self) -> int:
+    return len(self._held)
+
+  def __call__(self, *args: Any) -> Any:
+    static = set(self._static)
+    key = tuple(args[i] if i < len(args) else None for i in self._static) + (len(args),)
+    try:
+      hash(key)
+    except TypeError:
+      key = None
+    jitted = None
+    if key is not None:
+      with self._lock:
+        jitted = self._held.get(key)
+        if jitted is not None:
+          self._held.move_to_end(key)
+    if jitted is None:
+      jitted = jax.jit(self._bind(args, static))
+      if key is not None:
+        with self._lock:
+          self._held[key] = jitted
+          while len(self._held) > max(self.limit, 1):
+            self._held.popitem(last=False)
+    return jitted(*(a for i, a in enumerate(args) if i not in static))
+
+  def _bind(self, args: tuple, static: set[int]) -> Callable[..., Any]:
+    """A new function of the dynamic arguments, with this call's static ones bound."""
+    fn, count = self._fn, len(args)
+    fixed = {i: args[i] for i in static if i < count}
+
+    def bound(*dynamic: Any) -> Any:
+      values = iter(dynamic)
+      return fn(*(fixed[i] if i in fixed else next(values) for i in range(count)))
+
+    return bound

@@ -23,7 +23,6 @@ iteration improves the cost by less than `tolerance` (relative), or when no step
 at mu_max.
 """
 
-import functools
 from collections.abc import Callable, Sequence
 from typing import Any, NamedTuple
 
@@ -32,8 +31,8 @@ import jax.numpy as jnp
 import mujoco
 import numpy as np
 
+from mjbatch_jax import _programs, derivatives
 from mjbatch_jax import _validate as v
-from mjbatch_jax import derivatives
 from mjbatch_jax import functions as fn
 from mjbatch_jax.control import _plumbing as pl
 from mjbatch_jax.control import cost as cost_lib
@@ -177,7 +176,7 @@ def ilqr(
   if pl.is_concrete(start, ctrls, params, w):
     _check_initial(cost, w, params, start, ctrls, nstep)
   return _solve(cost, w, params, start, ctrls, lo, hi, mu0, nstep, iterations, settings,
-                verbose, accept)
+                verbose, accept, None)
 
 
 def ilqr_gains(
@@ -320,7 +319,7 @@ def _check_accept(accept: Any, start: jax.Array, ctrls: jax.Array) -> None:
 def _check_initial(cost, w, params, start, ctrls, nstep) -> None:
   """ValueError if the initial plan diverges or its cost is not finite (eager calls only)."""
   one = pl.rows(params, 1)
-  states, obs, bad = jax.jit(pl.simulate, static_argnums=(0, 4))(cost, one, start, ctrls, nstep)
+  states, obs, bad = _simulate(cost, one, start, ctrls, nstep)
   if bool(bad):
     raise ValueError("the initial plan fails (a MuJoCo error, or MuJoCo reset the simulation): "
                      "ilqr needs an initial plan whose trajectory is finite; try smaller controls")
@@ -435,9 +434,8 @@ class _Try(NamedTuple):
   gains: jax.Array
 
 
-@functools.partial(jax.jit, static_argnums=(0, 8, 9, 10, 11, 12))
-def _solve(cost, w, params, start, ctrls, lo, hi, mu0, nstep, iterations, settings, verbose,
-           accept=None, gains_mu=None):
+def _solve_impl(cost, w, params, start, ctrls, lo, hi, mu0, nstep, iterations, settings, verbose,
+                accept=None, gains_mu=None):
   """The solve; with gains_mu (M,), the final feedforward and gains are (M, ...): a backward
   pass at each of those mu about the one final linearisation."""
   horizon, nu = ctrls.shape
@@ -511,6 +509,12 @@ def _solve(cost, w, params, start, ctrls, lo, hi, mu0, nstep, iterations, settin
   elif settings.final_gains:
     ks, gains, _, _ = backward(linearize(c.states, c.us), c.us, c.mu)
   return ILQRResult(c.us, c.states, c.value, c.history, ks, gains, c.i, c.mu, c.converged)
+
+
+# The programs of the solve and of the initial plan's check, per cost (a user's function) and
+# static settings: bounded, so that a loop of solves with fresh costs does not grow.
+_solve = _programs.BoundedJit(_solve_impl, static_argnums=(0, 8, 9, 10, 11, 12))
+_simulate = _programs.BoundedJit(pl.simulate, static_argnums=(0, 4))
 
 
 __all__ = ["ILQRResult", "ILQRSettings", "box_qp", "ilqr", "ilqr_gains", "shift"]

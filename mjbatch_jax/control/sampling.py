@@ -16,7 +16,6 @@ costs infinity and the planning step goes on without it. The pure parts (`gaussi
 `cem_update`, `mppi_update`) work on any vectors, for searches that are not plans.
 """
 
-import functools
 import warnings
 from collections.abc import Callable, Sequence
 from typing import Any, NamedTuple
@@ -25,6 +24,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from mjbatch_jax import _programs
 from mjbatch_jax import _validate as v
 from mjbatch_jax import functions as fn
 from mjbatch_jax.control import _plumbing as pl
@@ -442,9 +442,8 @@ def _converted(settings: SamplingSettings) -> Settings:
   return kind(**{name: getattr(settings, name) for name in kind._fields})
 
 
-@functools.partial(jax.jit, static_argnums=(0, 11, 12, 13))
-def _update(cost, w, params, start, plan, key, lo, hi, interp, spread, floor, nstep, method,
-            settings):
+def _update_impl(cost, w, params, start, plan, key, lo, hi, interp, spread, floor, nstep, method,
+                 settings):
   k = settings.num_samples
   p = pl.rows(params, k)
   starts = jnp.broadcast_to(start, (k, start.shape[-1]))
@@ -502,6 +501,11 @@ def __getattr__(name: str) -> Any:
                   "removed in the next release", DeprecationWarning, stacklevel=2)
     return SamplingResult
   raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+# The planning call's program per cost (a user's function) and static settings: bounded, so
+# that a loop of planners with fresh costs does not grow.
+_update = _programs.BoundedJit(_update_impl, static_argnums=(0, 11, 12, 13))
 
 
 __all__ = ["METHODS", "SETTINGS", "CEMSettings", "MPPISettings", "Planner", "PredictiveSettings",
