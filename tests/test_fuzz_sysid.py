@@ -120,7 +120,7 @@ assert w.ctrls.shape == (3, 30, 1) and w.starts.shape == (3, states.shape[1])
 p = sysid.Problem(parameters, residual, nstep=np.int64(2), max_step=np.float32(1.5),
                   dampings=np.array([0.0, 1e-4], np.float32), eps=np.float32(1e-6))
 assert sysid.problem._options(p) == (2, (0.0, float(np.float32(1e-4))), 1.5,
-                                     float(np.float32(1e-6)), None)
+                                     float(np.float32(1e-6)), None, "squared", None)
 """, OK),
   ("Problem nstep float", "sysid.Problem(parameters, residual, nstep=1.5)",
    refused(r"problem.nstep must be an int in \[1, 2147483647\], got 1.5")),
@@ -191,6 +191,27 @@ assert result.iterations == 1 and np.all(np.isfinite(result.costs)), result
   ("fit NaN Jacobian", "sysid.fit(sysid.Problem(parameters, lambda s, y, q: "
    "jnp.sqrt(jnp.abs(0.0 * s[:, qpos])) + s[:, qpos] - q), data, iterations=2)",
    refused(r"the residual's Jacobian is not finite at theta0")),
+  ("fit xtol NaN", "sysid.fit(problem, data, xtol=float('nan'))",
+   refused(r"xtol must be a finite number >= 0.0, got nan")),
+  ("fit ftol negative", "sysid.fit(problem, data, ftol=-1e-3)",
+   refused(r"ftol must be a finite number >= 0.0, got -0.001")),
+  ("Problem loss unknown", "sysid.Problem(parameters, residual, loss='l1')",
+   refused(r"problem.loss must be one of \('squared', 'huber', 'cauchy'\), got 'l1'")),
+  ("Problem loss_scale zero", "sysid.Problem(parameters, residual, loss='huber', loss_scale=0)",
+   refused(r"problem.loss_scale must be a finite number > 0.0, got 0")),
+  ("Problem loss_scale numpy", """
+p = sysid.Problem(parameters, residual, loss='cauchy', loss_scale=np.float32(50.0))
+result = sysid.fit(p, data, iterations=1)
+assert result.loss_scale == 50.0 and result.window_weights.shape == (4,), result
+""", OK),
+  ("fitted_starts owner string", "sysid.fitted_starts('sim', data, np.zeros((4, 2)))",
+   refused(r"problem must be a sysid.Problem, sysid.Parameters or Simulator, got str")),
+  ("fitted_starts data tuple", "sysid.fitted_starts(problem, tuple(data), np.zeros((4, 2)))",
+   refused(r"data must be sysid.Windows")),
+  ("fitted_starts offsets shape", "sysid.fitted_starts(problem, data, np.zeros((3, 2)))",
+   refused(r"starts must be \(4, 2\)")),
+  ("fitted_starts offsets NaN", "sysid.fitted_starts(problem, data, np.full((4, 2), np.nan))",
+   refused(r"starts has NaN or inf")),
   # -- report ------------------------------------------------------------------------------------
   ("report NaN residual", "sysid.report(sysid.Problem(parameters, lambda s, y, q: "
    "s[:, qpos] * jnp.nan), data, parameters.initial)",
@@ -217,6 +238,9 @@ sysid.report(problem, data, fake)
    refused(r"threshold must be a finite number in \[0.0, 1.0\], got nan")),
   ("summary most negative", "report.summary(most=-1)",
    refused(r"most must be an int >= 0, got -1")),
+  ("outliers factor below 1", "report.outliers(0.5)",
+   refused(r"factor must be a finite number >= 1.0, got 0.5")),
+  ("outliers of no windows", "assert report.outliers(np.float32(3.0)).size == 0", OK),
   ("Report methods numpy scalars", """
 assert report.unidentifiable(np.float32(0.5)) == [{"b": 1.0}]
 assert report.summary(np.float64(0.2), most=np.int64(1)).count("unidentifiable 1") == 1

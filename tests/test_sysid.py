@@ -106,17 +106,20 @@ def test_a_new_guess_prior_or_bound_compiles_nothing_new(sim):
   truth = parameters.initial
   data = recording(sim, parameters, truth)
   width = np.full(parameters.size, 0.5)
+  held = []
   for guess, prior in ((truth + OFFSET, width), (truth - OFFSET, 2 * width)):
     problem = problem_of(sim, parameters, prior_width=prior, start_width=START_WIDTH,
                          bounds=(truth - 1, truth + 1))
     sysid.fit(problem, data, guess, iterations=1)
-  assert len(parameters._programs) == 1  # one jitted step served both fits
+    held.append(len(parameters._programs))
+  assert held == [2, 2]  # one jitted step and one window-cost program served both fits
 
 
 def test_programs_of_fresh_residuals_are_bounded_and_released_on_close(monkeypatch):
-  # A loop of fits, each with a new residual function, compiles a program per fit: the
-  # Parameters keep the PROGRAMS_LIMIT most recently used, and none once the Simulator closes.
-  monkeypatch.setattr(programs, "PROGRAMS_LIMIT", 2)
+  # A loop of fits, each with a new residual function, compiles two programs per fit (the step
+  # and the window costs): the Parameters keep the PROGRAMS_LIMIT most recently used, and none
+  # once the Simulator closes.
+  monkeypatch.setattr(programs, "PROGRAMS_LIMIT", 4)
   own = mjbatch_jax.Simulator(mujoco.MjModel.from_xml_string(PENDULUM2_XML), num_threads=1)
   parameters = sysid.Parameters(own, [sysid.Field("dof_damping", ["j1"], log=True)])
   data = recording(own, parameters, parameters.initial)
@@ -128,9 +131,10 @@ def test_programs_of_fresh_residuals_are_bounded_and_released_on_close(monkeypat
     sysid.fit(sysid.Problem(parameters, residual_k), data, parameters.initial + 0.1,
               iterations=1)
     held.append(len(parameters._programs))
-  assert held == [1, 2, 2, 2]
+  assert held == [2, 4, 4, 4]
   keys = [key[1] for key in parameters._programs._held]
-  assert keys == residuals[1:]  # the two most recently used, the last one served from the cache
+  # The two fits' most recently used, the last one served from the cache.
+  assert keys == [residuals[1], residuals[1], residuals[2], residuals[2]]
   own.close()
   assert len(parameters._programs) == 0
   with pytest.raises(ValueError, match="Simulator of problem.parameters is closed"):

@@ -7,7 +7,11 @@ window's start is fitted with the parameters (its record is its prior) and elimi
 normal equations window by window (the Schur complement), so only an n x n system is solved.
 The Jacobian is `jax.jacfwd` through `rollout`: its rule makes every finite-difference column
 of every window a simulation row of one custom call per knot. The damped steps are simulated
-together as rows of one more call, and the best one is kept if it lowers the cost.
+together as rows of one more call, and the best one is kept if it lowers the cost; where none
+does, adaptive dampings (Nielsen's update) go on. A Fit says whether it converged (the
+Gauss-Newton step or its gain is small), each window's cost, and the misfit (chi-square per
+degree of freedom); a robust loss (Problem.loss) weighs outlier windows less, and
+`fitted_starts` turns a fit's start offsets into rows.
 
   parameters = sysid.Parameters(sim, [sysid.Inertia(["link1", "link2"]),
                                       sysid.Field("dof_damping", ["joint1", "joint2"], log=True)])
@@ -31,7 +35,7 @@ from mjbatch_jax.sysid.data import Windows, windows
 from mjbatch_jax.sysid.identifiability import Report, report
 from mjbatch_jax.sysid.parameters import Field, Inertia, Parameters
 from mjbatch_jax.sysid.problem import Fit, Problem
-from mjbatch_jax.sysid.solver import fit
+from mjbatch_jax.sysid.solver import fit, fitted_starts
 
 __all__ = [
   "Field",
@@ -42,6 +46,7 @@ __all__ = [
   "Report",
   "Windows",
   "fit",
+  "fitted_starts",
   "report",
   "windows",
 ]

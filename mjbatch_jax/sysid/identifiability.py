@@ -10,7 +10,12 @@ from jax.sharding import PartitionSpec
 from mjbatch_jax import _validate as v
 from mjbatch_jax.sysid import solver
 from mjbatch_jax.sysid.data import Windows
-from mjbatch_jax.sysid.problem import Fit, Problem, _check, _offsets
+from mjbatch_jax.sysid.problem import Fit, Problem, _check, _offsets, _options
+
+# Report.outliers' default: a window this many times the median cost (or the noise's share).
+OUTLIER_FACTOR = 10.0
+# Above this chi2/dof, Report.summary says that the model does not fit the data.
+MISFIT = 4.0
 
 
 @dataclasses.dataclass(frozen=True)
@@ -36,6 +41,12 @@ class Report:
     unseen: (size,) how much of each number lies in the unseen directions (the length of its
       unit vector's projection on them, whatever basis they have): 1 for a number the data say
       nothing of, 0 for one they see alone, between for one seen only in combinations.
+    window_costs: (W,) each window's cost at theta (half its residuals' sum of squares plus its
+      start's prior term; this process's windows), to find the windows that fit worst.
+    residual_count: the data residuals in all (every window's, every process's).
+    chi2: the windows' sum of squared residuals and start prior terms (twice the sum of their
+      costs, every process's; without theta's prior or a robust loss).
+    loss_scale: the robust loss's bend the information was weighed with (None: squared loss).
   """
 
   names: tuple[str, ...]
@@ -46,6 +57,62 @@ class Report:
   std: np.ndarray
   prior_width: np.ndarray
   unseen: np.ndarray
+  window_costs: np.ndarray = dataclasses.field(default_factory=lambda: np.zeros(0))
+  residual_count: int = 0
+  chi2: float = math.nan
+  loss_scale: float | None = None
+
+  @property
+  def chi2_dof(self) -> float:
+    """chi2 / (residual count - size): chi-square per degree of freedom. With residuals in
+    units of their noise, about 1 (within a few sqrt(2 / dof)) when the model explains the data
+    down to the noise; far above 1 when it does not: a parameter or effect missing from the
+    model, a noise level set too low, or outlier windows (see `outliers`). NaN without degrees
+    of freedom."""
+    dof = self.residual_count - len(self.names)
+    return self.chi2 / dof if dof > 0 else math.nan
+
+  def outliers(self, factor: float | np.floating = OUTLIER_FACTOR) -> np.ndarray:
+    """The windows (indices into this process's, worst first) whose cost is above factor times
+    the larger of the median window cost and the noise's share of a window (half its residual
+    count): windows the model explains far worse than the others, such as a burst of bad
+    measurements or a start record across a contact switch."""
+    factor = v.number("factor", factor, low=1.0)
+    costs = np.asarray(self.window_costs)
+    if costs.size == 0:
+      return np.zeros(0, int)
+    per_window = self.residual_count / max(len(costs), 1)
+    floor = max(float(np.median(costs)), 0.5 * per_window)
+    found = np.flatnonzero(costs > factor * floor)
+    return found[np.argsort(-costs[found])]
+
+  def _misfit(self) -> list[str]:
+    """The summary's lines on the fit: chi2/dof in words, and the outlier windows."""
+    chi2_dof = self.chi2_dof
+    if not math.isfinite(chi2_dof):
+      return []
+    dof = self.residual_count - len(self.names)
+    if chi2_dof <= 1.0 + 3.0 * math.sqrt(2.0 / dof):
+      lines = [f"the model fits the data to their noise: chi2/dof = {chi2_dof:.3g}"]
+    elif chi2_dof <= MISFIT:
+      lines = [f"the model fits the data a little worse than their noise: chi2/dof = "
+               f"{chi2_dof:.3g} (a noise level set a little low, or a small model error)"]
+    else:
+      lines = [f"the model does not fit the data: chi2/dof = {chi2_dof:.3g} (residuals about "
+               f"{math.sqrt(chi2_dof):.3g}x their noise): a parameter or effect missing from the "
+               "model, a noise level set too low, or outlier windows; what follows holds at "
+               "this misfit"]
+    found = self.outliers()
+    if found.size:
+      costs = np.asarray(self.window_costs)
+      share = 100.0 * costs[found] / max(float(np.sum(costs)), 1e-300)
+      listed = ", ".join(f"{w} ({costs[w]:.3g}, {p:.0f}% of the cost)"
+                         for w, p in zip(found[:5].tolist(), share[:5], strict=True))
+      more = f" and {found.size - 5} more" if found.size > 5 else ""
+      lines.append(f"  outlier windows (cost over {OUTLIER_FACTOR:g}x the median "
+                   f"{float(np.median(costs)):.3g}): {listed}{more}; a robust loss "
+                   "(Problem(loss='huber')) weighs them less")
+    return lines
 
   def unidentifiable(self, threshold: float | np.floating = 0.2) -> list[dict[str, float]]:
     """The directions the data do not see, each as {name: weight} of its entries with
@@ -64,12 +131,14 @@ class Report:
 
   def summary(self, threshold: float | np.floating = 0.2, most: int | np.integer | None = None
               ) -> str:
-    """A few lines: the rank, and the unidentifiable directions (at most `most`) by the numbers
-    they move."""
+    """A few lines: whether the model fits the data (chi2_dof, in words) and its outlier
+    windows, the rank, and the unidentifiable directions (at most `most`) by the numbers they
+    move."""
     threshold = v.number("threshold", threshold, low=0.0, high=1.0)
     most = None if most is None else v.integer("most", most, low=0)
     size = len(self.names)
-    lines = [f"identifiable: {self.rank} of {size} directions (square roots of the information "
+    lines = [*self._misfit(),
+             f"identifiable: {self.rank} of {size} directions (square roots of the information "
              f"{self.singular[0]:.3g} .. {self.singular[max(self.rank - 1, 0)]:.3g} per scale)"]
     blind = [name for name, u in zip(self.names, self.unseen, strict=True) if u > 0.999]
     if blind:
@@ -82,7 +151,8 @@ class Report:
 
 def report(problem: Problem, data: Windows, result: Any, starts: Any = None, dist: Any = None,
            rtol: float | np.floating = 1e-6) -> Report:
-  """The identifiability of the numbers at a fit (or at any theta): see Report.
+  """The identifiability of the numbers at a fit (or at any theta), and how well the model fits
+  the data there (chi-square per degree of freedom, outlier windows): see Report.
 
   Args:
     problem, data, dist: as for `fit`.
@@ -112,10 +182,17 @@ def report(problem: Problem, data: Windows, result: Any, starts: Any = None, dis
   model = problem.parameters.sim.model
   offsets = _offsets(starts, len(data.starts) if dist is None else dist.num_local,
                      2 * model.nv + model.na)
+  options = _options(problem)
+  tau = result.loss_scale if isinstance(result, Fit) else options.loss_scale
+  if options.loss != "squared" and tau is None and dist is not None:
+    raise ValueError(f"problem.loss_scale must be given with dist and loss {options.loss!r} "
+                     "(its default, from the median window cost, is one process's)")
+  shard = PartitionSpec() if dist is None else PartitionSpec(dist.axis)
   runner = solver._Runner(problem, checked, data, dist, "information",
-                   (PartitionSpec(), PartitionSpec()))
-  info, squares = runner.fn(runner.theta(checked.theta0), runner.offsets(offsets))
-  info, squares = runner.read(info), runner.read(squares)
+                          (PartitionSpec(), PartitionSpec(), shard))
+  info, squares, window = runner.fn(runner.theta(checked.theta0), runner.offsets(offsets),
+                                    tau=0.0 if tau is None else tau)
+  info, squares, window = runner.read(info), runner.read(squares), runner.read(window)
   # As fit: what is not finite at theta is refused, never reported as certainty.
   if not math.isfinite(float(squares[0])):
     raise ValueError(f"the cost at {what} is {float(squares[0])}: the residual is not finite "
@@ -137,5 +214,7 @@ def report(problem: Problem, data: Windows, result: Any, starts: Any = None, dis
   variance = np.where(unseen, np.inf, (post_vectors[:, seen] ** 2 / post_values[seen]).sum(1))
   directions = vectors[:, order].T
   unseen = np.sqrt(np.sum(directions[rank:] ** 2, axis=0))
+  count = int(checked.residual_size * (len(data.starts) if dist is None else dist.num_sims))
   return Report(problem.parameters.names, info, singular, directions, rank,
-                checked.scale * np.sqrt(variance), checked.prior_width, unseen)
+                checked.scale * np.sqrt(variance), checked.prior_width, unseen, window, count,
+                float(squares[0] + squares[2]), None if options.loss == "squared" else tau)

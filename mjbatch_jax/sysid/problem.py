@@ -2,6 +2,7 @@
 all before anything runs."""
 
 import dataclasses
+import math
 from collections.abc import Callable, Sequence
 from typing import Any, NamedTuple
 
@@ -37,10 +38,18 @@ class Problem:
     start_width: (2 nv + na,) widths of the starts' priors about their records, in the tangent
       space (qpos as qvel, then qvel, then act); None: starts fixed at their records.
     dampings: Levenberg's dampings tried each iteration (as rows of one call), relative to the
-      normal equations' mean curvature in scale units.
+      normal equations' mean curvature in scale units. When none of them lowers the cost, an
+      adaptive damping (Nielsen's update) is tried beside them from then on: see `fit`.
     max_step: the most any number moves in a step, in scale units.
     eps, centered: the finite differences of the Jacobian, as `rollout` takes them (None: its
       defaults).
+    loss: "squared" (the default: the cost above), or "huber" or "cauchy": a robust loss of each
+      window's cost c (its residuals' half sum of squares and its start's prior term), so that a
+      window far off the others (a bad measurement burst, a start record across a contact
+      switch) weighs less: huber c -> 2 sqrt(s c) - s beyond s, cauchy c -> s log(1 + c / s).
+    loss_scale: s, the window cost where the robust loss bends (in cost units); None: 4 times
+      the larger of the median window cost and half a window's residual count (the noise's
+      share), re-estimated at every iteration (see `Fit.loss_scale`); give it with dist.
 
   Example:
     qpos = sim.layout.qpos
@@ -60,6 +69,8 @@ class Problem:
   max_step: float = 2.0
   eps: float | None = None
   centered: bool | None = None
+  loss: str = "squared"
+  loss_scale: float | None = None
 
   def __post_init__(self) -> None:
     # Checked where it is made (and again by fit and report, for a changed parameters).
@@ -74,10 +85,28 @@ class Fit:
   Attributes:
     theta: (size,) the identified numbers.
     starts: (W, nx) the windows' starts as offsets from their records (this process's windows),
-      in the tangent space; zeros when starts are fixed.
-    costs: the cost at theta0, then after each iteration.
-    converged: whether it stopped on `tolerance` (rather than on `iterations`).
+      in the tangent space; zeros when starts are fixed. `fitted_starts` turns them into rows.
+    costs: the cost at theta0, then after each iteration (with a robust loss, the robust cost,
+      each iteration's with its own bend when loss_scale is None).
+    converged: whether the fit reached a minimum: the Gauss-Newton step from where it stopped
+      would lower the cost by at most `tolerance` (or by at most ftol of the cost), or would move
+      no number by more than xtol of its scale and no start by more than xtol of its width, or
+      a near Gauss-Newton step gained at most that (see `fit`); never because no damping
+      lowered the cost. Not whether the model fits the data: see `chi2_dof`.
     wall, cpu: seconds of each iteration (the first with compilation).
+    stopped: why the fit stopped: "converged", "iterations" (the limit), or "stalled" (no
+      damping, however large, lowered the cost while the Gauss-Newton model said it could
+      fall: a point where the model's derivative misleads, such as a contact switch).
+    dampings: (iterations,) the damping of the step taken each iteration (relative to the mean
+      curvature, as Problem.dampings), NaN where none was taken.
+    window_costs: (W,) each window's cost at theta and starts: half its residuals' sum of squares
+      plus its start's prior term (this process's windows; not the robust loss).
+    window_weights: (W,) each window's weight at theta and starts: 1 with the squared loss, the
+      robust loss's derivative at its cost otherwise (small: a window taken as an outlier).
+    residual_count: the data residuals in all (every window's residual's size, every process).
+    loss_scale: the robust loss's bend (Problem.loss_scale or its default); None for "squared".
+    chi2: the windows' sum of squared residuals and start prior terms (twice their costs, every
+      process's), without the robust loss or theta's prior.
   """
 
   theta: np.ndarray
@@ -86,10 +115,26 @@ class Fit:
   converged: bool
   wall: np.ndarray
   cpu: np.ndarray
+  stopped: str = "converged"
+  dampings: np.ndarray = dataclasses.field(default_factory=lambda: np.zeros(0))
+  window_costs: np.ndarray = dataclasses.field(default_factory=lambda: np.zeros(0))
+  window_weights: np.ndarray = dataclasses.field(default_factory=lambda: np.zeros(0))
+  residual_count: int = 0
+  loss_scale: float | None = None
+  chi2: float = math.nan
 
   @property
   def iterations(self) -> int:
     return len(self.wall)
+
+  @property
+  def chi2_dof(self) -> float:
+    """chi2 / (residual count - size), chi-square per degree of freedom: with residuals in units
+    of their noise about 1 when the model explains the data down to the noise, far above 1 when
+    it does not (a missing parameter, a noise level set too low, outlier windows). NaN without
+    degrees of freedom."""
+    dof = self.residual_count - self.theta.size
+    return self.chi2 / dof if dof > 0 else math.nan
 
 
 def _vector(what: str, x: Any, size: int, names: tuple[str, ...], allow_inf: bool = False,
@@ -133,6 +178,7 @@ class _Checked:
   scale: np.ndarray
   start_width: np.ndarray | None
   prior_width: np.ndarray
+  residual_size: int  # of one window
 
   def arrays(self) -> dict[str, np.ndarray]:
     """What the jitted program takes as arguments (so that one compilation serves any guess,
@@ -154,6 +200,11 @@ class _Options(NamedTuple):
   max_step: float
   eps: float | None
   centered: bool | None
+  loss: str
+  loss_scale: float | None
+
+
+LOSSES = ("squared", "huber", "cauchy")
 
 
 def _options(problem: "Problem") -> _Options:
@@ -175,7 +226,10 @@ def _options(problem: "Problem") -> _Options:
   eps = None if problem.eps is None else v.number("problem.eps", problem.eps, low=0.0,
                                                   low_open=True)
   centered = None if problem.centered is None else v.flag("problem.centered", problem.centered)
-  return _Options(nstep, dampings, max_step, eps, centered)
+  loss = v.one_of("problem.loss", problem.loss, LOSSES)
+  loss_scale = None if problem.loss_scale is None else v.number(
+    "problem.loss_scale", problem.loss_scale, low=0.0, low_open=True)
+  return _Options(nstep, dampings, max_step, eps, centered, loss, loss_scale)
 
 
 def _priors(problem: "Problem") -> tuple[np.ndarray, np.ndarray | None, np.ndarray, np.ndarray,
@@ -264,7 +318,7 @@ def _check(problem: Problem, theta0: Any, windows: Windows, what: str = "theta0"
     raise ValueError(f"problem.residual must return one non-empty floating-point array per "
                      f"window, got {out}")
   return _Checked(theta0, mean, np.where(np.isfinite(widths), (scale / widths) ** 2, 0.0), low,
-                  high, scale, start_width, widths)
+                  high, scale, start_width, widths, int(out.size))
 
 
 def _offsets(starts: Any, count: int, nx: int) -> np.ndarray:
