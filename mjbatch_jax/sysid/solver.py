@@ -13,6 +13,7 @@ import numpy as np
 from jax.sharding import PartitionSpec
 
 from mjbatch_jax import _validate as v
+from mjbatch_jax.control import qp
 from mjbatch_jax.functions import rollout
 from mjbatch_jax.sysid.data import Windows, _finite
 from mjbatch_jax.sysid.problem import Fit, Problem, _check, _Checked, _offsets, _options
@@ -20,18 +21,12 @@ from mjbatch_jax.tangent import StateTangent
 
 
 def _box_solve(h: jax.Array, g: jax.Array, low: jax.Array, high: jax.Array,
-               passes: int) -> jax.Array:
-  """argmin 0.5 d'hd + g'd over low <= d <= high (a box around 0), by active sets: the numbers
-  at a bound that the gradient pushes outward stay there, the others are solved for."""
-  d = jnp.clip(jnp.linalg.solve(h, -g), low, high)
-  for _ in range(passes):
-    grad = h @ d + g
-    held = ((d <= low) & (grad > 0)) | ((d >= high) & (grad < 0))
-    fixed = jnp.where(held, d, 0.0)
-    free = ~held
-    system = jnp.where(free[:, None] & free[None, :], h, 0.0) + jnp.diag(held.astype(h.dtype))
-    d = jnp.clip(jnp.linalg.solve(system, jnp.where(free, -(g + h @ fixed), fixed)), low, high)
-  return d
+               iterations: int) -> jax.Array:
+  """argmin 0.5 d'hd + g'd over low <= d <= high (a box around 0): the library's box QP
+  (control.qp) where numbers are bounded, else the Newton step itself."""
+  if not iterations:
+    return jnp.clip(jnp.linalg.solve(h, -g), low, high)
+  return qp._box_qp(h, g, jnp.zeros((g.shape[0], 0), h.dtype), low, high, iterations)[0]
 
 
 class _Program:
@@ -43,7 +38,7 @@ class _Program:
   def __init__(self, problem: Problem, fit_starts: bool, bounded: bool, axis: str | None):
     self.problem, self.fit_starts, self.axis = problem, fit_starts, axis
     self.options = _options(problem)
-    self.passes = 8 if bounded else 0  # of the boxed solve
+    self.passes = 8 if bounded else 0  # Newton iterations of the box QP
     parameters = problem.parameters
     model = parameters.sim.model
     self.parameters = parameters
