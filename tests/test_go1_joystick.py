@@ -215,7 +215,8 @@ def test_refusals(tmp_path):
   ]
   foreign = tmp_path / "foreign.npz"
   np.savez(foreign, __meta__=np.array(json.dumps({"format": "something else"})))
-  cases.append((["--play", "--out", str(foreign)], "not a checkpoint of mjbatch_jax.agents.ppo"))
+  cases.append((["--play", "--out", str(foreign)],
+                "not a valid checkpoint of mjbatch_jax.agents.ppo"))
   for args, message in cases:
     if "no checkpoint at" in message and "--resume" in args:
       pytest.importorskip("brax.training.agents.ppo.train", reason=BRAX_MISSING)
