@@ -13,6 +13,9 @@ import signal
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
+
+import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -95,3 +98,25 @@ def check_case(results: dict[str, dict], name: str, expect: tuple) -> None:
   assert got["outcome"] == "raised", f"{name} raised nothing"
   assert got["type"] == kind, f"{name} raised {got['type']}: {got['message']}"
   assert re.search(pattern, got["message"]), f"{name}: {got['message']!r} !~ {pattern!r}"
+
+
+def table_tests(prelude: str, cases: list[tuple[str, str, tuple]]) -> tuple[Any, Any, Any]:
+  """A table's tests, to bind at a test module's top level:
+
+    results, test_names_are_unique, test_case = table_tests(PRELUDE, CASES)
+
+  results runs every case once per module (in child processes); test_case checks one each.
+  """
+  def results() -> dict[str, dict]:
+    return run_cases(prelude, [(name, code) for name, code, _ in cases])
+
+  def test_names_are_unique() -> None:
+    names = [name for name, _, _ in cases]
+    assert len(names) == len(set(names))
+
+  @pytest.mark.parametrize(("name", "expect"), [(name, expect) for name, _, expect in cases],
+                           ids=[name for name, _, _ in cases])
+  def test_case(results: dict[str, dict], name: str, expect: tuple) -> None:
+    check_case(results, name, expect)
+
+  return pytest.fixture(scope="module")(results), test_names_are_unique, test_case

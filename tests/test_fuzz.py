@@ -10,9 +10,7 @@ inputs for N = 3 simulations (see PRELUDE).
 
 import textwrap
 
-import pytest
-
-from tests.fuzzing import check_case, run_cases
+from tests.fuzzing import run_cases, table_tests
 
 PRELUDE = r'''
 import dataclasses, gc, threading
@@ -631,20 +629,7 @@ CASES = [
 ]
 
 
-@pytest.fixture(scope="module")
-def results() -> dict[str, dict]:
-  return run_cases(PRELUDE, [(name, code) for name, code, _ in CASES])
-
-
-def test_names_are_unique():
-  names = [name for name, _, _ in CASES]
-  assert len(names) == len(set(names))
-
-
-@pytest.mark.parametrize("name,expect", [(name, expect) for name, _, expect in CASES],
-                         ids=[name for name, _, _ in CASES])
-def test_case(results, name, expect):
-  check_case(results, name, expect)
+results, test_names_are_unique, test_case = table_tests(PRELUDE, CASES)
 
 
 def test_a_crash_is_reported_with_its_signal():

@@ -9,9 +9,7 @@ Most cases are refused before anything compiles; the few that plan or step compi
 
 import textwrap
 
-import pytest
-
-from tests.fuzzing import check_case, run_cases
+from tests.fuzzing import table_tests
 
 PRELUDE = r'''
 import math
@@ -431,17 +429,4 @@ CASES = ([(name, code, ("raises", "ValueError", pattern)) for name, code, patter
          + [(name, code, ("ok",)) for name, code in HOLDS])
 
 
-@pytest.fixture(scope="module")
-def results() -> dict[str, dict]:
-  return run_cases(PRELUDE, [(name, code) for name, code, _ in CASES])
-
-
-def test_names_are_unique():
-  names = [name for name, _, _ in CASES]
-  assert len(names) == len(set(names))
-
-
-@pytest.mark.parametrize("name,expect", [(name, expect) for name, _, expect in CASES],
-                         ids=[name for name, _, _ in CASES])
-def test_case(results, name, expect):
-  check_case(results, name, expect)
+results, test_names_are_unique, test_case = table_tests(PRELUDE, CASES)

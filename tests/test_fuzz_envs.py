@@ -7,9 +7,7 @@ argument must be a ValueError naming it, raised in Python before any custom call
 
 import textwrap
 
-import pytest
-
-from tests.fuzzing import check_case, run_cases
+from tests.fuzzing import table_tests
 
 PRELUDE = r'''
 import numpy as np, jax, jax.numpy as jnp, mujoco
@@ -192,12 +190,4 @@ CASES = [
 ]
 
 
-@pytest.fixture(scope="module")
-def results():
-  return run_cases(PRELUDE, [(name, code) for name, code, _ in CASES])
-
-
-@pytest.mark.parametrize(("name", "expect"), [(name, expect) for name, _, expect in CASES],
-                         ids=[name for name, _, _ in CASES])
-def test_case(results, name, expect):
-  check_case(results, name, expect)
+results, test_names_are_unique, test_case = table_tests(PRELUDE, CASES)

@@ -10,9 +10,7 @@ world), its joints, and params for N = 3 simulations.
 
 import textwrap
 
-import pytest
-
-from tests.fuzzing import check_case, run_cases
+from tests.fuzzing import table_tests
 
 PRELUDE = r'''
 import numpy as np, jax, jax.numpy as jnp, mujoco
@@ -307,17 +305,4 @@ RANDOMIZE = [
 CASES = ROTATIONS + TANGENT + CHECK_GRADS + RANDOMIZE
 
 
-@pytest.fixture(scope="module")
-def results() -> dict[str, dict]:
-  return run_cases(PRELUDE, [(name, code) for name, code, _ in CASES])
-
-
-def test_names_are_unique():
-  names = [name for name, _, _ in CASES]
-  assert len(names) == len(set(names))
-
-
-@pytest.mark.parametrize("name,expect", [(name, expect) for name, _, expect in CASES],
-                         ids=[name for name, _, _ in CASES])
-def test_case(results, name, expect):
-  check_case(results, name, expect)
+results, test_names_are_unique, test_case = table_tests(PRELUDE, CASES)

@@ -8,9 +8,8 @@ fresh prelude: a one-hinge pendulum, its Parameters (one log damping), four wind
 controls recorded at rest and a Problem; only the cases that fit or report compile anything.
 """
 
-import pytest
 
-from tests.fuzzing import check_case, run_cases
+from tests.fuzzing import table_tests
 
 PRELUDE = r'''
 import numpy as np, jax, jax.numpy as jnp, mujoco
@@ -248,17 +247,4 @@ assert report.summary(np.float64(0.2), most=np.int64(1)).count("unidentifiable 1
 ]
 
 
-@pytest.fixture(scope="module")
-def results() -> dict[str, dict]:
-  return run_cases(PRELUDE, [(name, code) for name, code, _ in CASES])
-
-
-def test_names_are_unique():
-  names = [name for name, _, _ in CASES]
-  assert len(names) == len(set(names))
-
-
-@pytest.mark.parametrize("name,expect", [(name, expect) for name, _, expect in CASES],
-                         ids=[name for name, _, _ in CASES])
-def test_case(results, name, expect):
-  check_case(results, name, expect)
+results, test_names_are_unique, test_case = table_tests(PRELUDE, CASES)
