@@ -298,3 +298,19 @@ def reference_steps(
       mujoco.mj_step(model, data)
     rows.append(row(model, data))
   return np.stack(rows)
+
+# A point mass on two slides, controls in [-1, 1]: no gravity, no contact, Euler steps (the
+# planners' hostile and property tests).
+POINT_XML = """
+<mujoco>
+  <option timestep="0.05" integrator="Euler" gravity="0 0 0"><flag contact="disable"/></option>
+  <worldbody>
+    <body>
+      <joint name="x" type="slide" axis="1 0 0"/>
+      <joint name="y" type="slide" axis="0 1 0"/>
+      <geom type="sphere" size=".1" mass="1"/>
+    </body>
+  </worldbody>
+  <actuator><motor joint="x" ctrlrange="-1 1"/><motor joint="y" ctrlrange="-1 1"/></actuator>
+</mujoco>
+"""

@@ -18,19 +18,7 @@ jax.config.update("jax_enable_x64", True)
 import mjbatch_jax
 from mjbatch_jax import control
 
-XML = """
-<mujoco>
-  <option timestep="0.05" integrator="Euler" gravity="0 0 0"><flag contact="disable"/></option>
-  <worldbody>
-    <body>
-      <joint name="x" type="slide" axis="1 0 0"/>
-      <joint name="y" type="slide" axis="0 1 0"/>
-      <geom type="sphere" size=".1" mass="1"/>
-    </body>
-  </worldbody>
-  <actuator><motor joint="x" ctrlrange="-1 1"/><motor joint="y" ctrlrange="-1 1"/></actuator>
-</mujoco>
-"""
+from tests.models import POINT_XML as XML
 m = mujoco.MjModel.from_xml_string(XML)
 sim = mjbatch_jax.Simulator(m, num_threads=1)
 lay = sim.layout
