@@ -262,8 +262,14 @@ class _Program:
     start_unit = c["start_width"] if self.fit_starts else 1.0
     thetas = jnp.clip(theta + directions * scale, c["low"], c["high"])
     moved = offsets + starts * start_unit
-    tried = jnp.nan_to_num(self.costs(c, thetas, moved, data, tau), nan=jnp.inf)
     fixed = len(self.options.dampings)
+    # The ladder's candidates are simulated only while it is on (most iterations it is off):
+    # a call of their own, so that the fixed dampings' rows cost what they cost without it.
+    ladder = jax.lax.cond(c["ladder_on"] > 0,
+                          lambda: self.costs(c, thetas[fixed:], moved[fixed:], data, tau),
+                          lambda: jnp.full(LADDER, jnp.inf, theta.dtype))
+    tried = jnp.concatenate([self.costs(c, thetas[:fixed], moved[:fixed], data, tau), ladder])
+    tried = jnp.nan_to_num(tried, nan=jnp.inf)
     on = jnp.arange(dampings.size) < fixed + c["ladder_on"] * LADDER
     tried = jnp.where(on, tried, jnp.inf)
     best = jnp.argmin(tried)
