@@ -481,3 +481,27 @@ def test_sysid_benchmark_reports_every_variant(tmp_path: Path) -> None:
   for row in rows:
     assert row["cpu_s"] > 0 and 1 <= row["iterations"] <= 2
     assert 0 < row["heldout_rad"] < 0.01 and row["mass_error_percent"] >= 0
+
+
+def test_ilqr_linearization_benchmark_reports_every_case(tmp_path: Path) -> None:
+  from tests.models import CHEETAH_XML  # a contact model: the hopper's stand-in
+
+  model = tmp_path / "runner.xml"
+  model.write_text(CHEETAH_XML)
+  _run("ilqr_linearization.py", "--quick", "--model", str(model), "--nstep", "1", "--threads",
+       "1", "--out", str(tmp_path), "--no-plot")
+  data = _only_json(tmp_path, "ilqr_linearization-*.json")
+  (row,) = data["rows"]
+  assert row["knots"] == 8 and row["nstep"] == 1
+  assert set(row["seconds"]) == {
+    "linearisation, substeps", "python mjd_transitionFD loop", "linearisation, knot",
+    "iLQR iterations=1, substeps", "iLQR iterations=0, substeps", "iLQR iterations=1, knot",
+    "iLQR iterations=0, knot", "backward pass", "numpy backward pass", "python line search"}
+  assert all(v["cpu"] >= 0 and v["wall"] > 0 for v in row["seconds"].values())
+  assert 0 < row["ratios"]["cpu"]["substeps_linearisation_over_loop"] < math.inf
+  for option in ("substeps", "knot"):
+    # Both against centred differences: small, and the forward-difference option's not zero.
+    assert 0 <= row["accuracy"][option]["A"]["median"] < 0.1
+    solve = row["solves"][option]
+    assert solve["final_cost"] <= solve["initial_cost"] and solve["iterations"] <= 2
+  assert row["accuracy"]["substeps"]["A"]["max"] > 0

@@ -16,7 +16,7 @@ from typing import Any
 
 from mjbatch_jax.control import splines
 from mjbatch_jax.control.cost import NORMS, Cost, Term, norm
-from mjbatch_jax.control.ilqr import ILQRResult, ILQRSettings, ilqr, ilqr_gains, shift
+from mjbatch_jax.control.ilqr import ILQR_STOPS, ILQRResult, ILQRSettings, ilqr, ilqr_gains, shift
 from mjbatch_jax.control.mpc import ILQRPlan, StepInfo, ilqr_planner, receding_horizon
 from mjbatch_jax.control.qp import box_qp
 from mjbatch_jax.control.sampling import (
@@ -50,6 +50,7 @@ __all__ = [
   "SETTINGS",
   "CEMSettings",
   "Cost",
+  "ILQR_STOPS",
   "ILQRPlan",
   "ILQRResult",
   "ILQRSettings",

@@ -20,7 +20,8 @@ If no step size improves the cost (or the caller's `accept` refuses the cheapest
 linearisation, up to max_retries times; an accepted step changes mu by its size (a full step
 trusts the model more, a short one less). The solve stops after `iterations`, when an
 iteration improves the cost by less than `tolerance` (relative), or when no step improves even
-at mu_max.
+after the retries; ILQRResult.stop says which (ILQR_STOPS), and a solve that found no better
+step where the cost had flattened (ILQRSettings.plateau) has converged.
 """
 
 from collections.abc import Callable, Sequence
@@ -41,6 +42,10 @@ from mjbatch_jax.control.line_search import line_search
 from mjbatch_jax.control.qp import box_qp
 from mjbatch_jax.params import Params
 from mjbatch_jax.tangent import StateTangent
+
+# Why a solve stopped: ILQRResult.stop is an index into this tuple.
+ILQR_STOPS = ("iterations", "tolerance", "plateau", "mu_max", "not_finite")
+_ITERATIONS, _TOLERANCE, _PLATEAU, _MU_MAX, _NOT_FINITE = range(len(ILQR_STOPS))
 
 
 class ILQRSettings(NamedTuple):
@@ -64,11 +69,23 @@ class ILQRSettings(NamedTuple):
     final_gains: linearise once more at the solution so that the returned gains and
       feedforward are about the returned trajectory (else: those of the last backward pass,
       about the trajectory before the last step; cheaper for receding horizon).
-    linearization: "knot": transition_fd of each knot's nstep physics steps, every perturbed
-      copy a row stepped nstep times. "substeps": MuJoCo's mjd_transitionFD of every physics
-      step (transition_fd's native method, which skips the pipeline stages a column leaves
-      alone), chained in JAX into each knot's A and B: the same rows of work, fewer stages
-      (not for the RK4 integrator). The two agree to finite-difference accuracy.
+    linearization: "knot" (the default): transition_fd's kink-safe rows of each knot's nstep
+      physics steps, every perturbed copy a row stepped nstep times, centred differences for
+      the positions; a copy that crosses a contact onset, a limit or a cone switch is replaced
+      by one on the nominal side. "substeps": MuJoCo's own mjd_transitionFD of every physics
+      step (transition_fd's native method: forward differences at eps, whatever they cross,
+      skipping the pipeline stages a column leaves alone), chained in JAX into each knot's A
+      and B when nstep > 1; at nstep == 1 it is one mjd_transitionFD per knot, MuJoCo MPC's
+      linearisation at MuJoCo MPC's cost (until this release nstep == 1 fell back to "knot").
+      The planning option: cheaper, not kink-safe through contact, as accurate as forward
+      differences are (docs/control.md measures both on the hopper). Not for the RK4
+      integrator.
+    plateau: when no step improves even after the retries, the solve has converged (stop
+      "plateau") if the cost has flattened: the last accepted iteration gained at most
+      plateau x |cost|, or the backward pass at mu_min about the final plan (the model's least
+      regularised, so its most hopeful, step; kept in the control box) predicts a decrease of
+      at most plateau x |cost|. Else the cost was still falling where the model stopped
+      helping (stop "mu_max", not converged): the plan returned is still the best found.
   """
 
   step_sizes: tuple[float, ...] = tuple(0.5**k for k in range(8))
@@ -85,6 +102,7 @@ class ILQRSettings(NamedTuple):
   boxqp_iterations: int = 10
   final_gains: bool = True
   linearization: str = "knot"
+  plateau: float = 1e-3
 
 
 class ILQRResult(NamedTuple):
@@ -101,7 +119,15 @@ class ILQRResult(NamedTuple):
       difference, as transition_fd's x) tracks the plan.
     iterations: how many iterations ran.
     mu: the regularisation at the end (to warm-start the next solve).
-    converged: whether it stopped on `tolerance` (not on iterations or mu_max).
+    converged: whether it stopped at a minimum: on `tolerance` or at a plateau (see stop).
+    stop: int32, why it stopped, an index into ILQR_STOPS (`stopped` gives the name):
+      0 "iterations": it ran all of them; 1 "tolerance": an accepted iteration gained less
+      than settings.tolerance (relative); 2 "plateau": no step improved, even after the
+      retries of mu, where the cost had flattened (settings.plateau); 3 "mu_max": no step
+      improved while the cost was still falling (not converged, but no failure either: the
+      plan is the best found, e.g. where contacts make the model mislead; the next solve
+      from it may go on); 4 "not_finite": the initial cost was not finite (under jit; outside
+      jit ilqr refuses such a plan).
   """
 
   ctrls: jax.Array
@@ -113,6 +139,16 @@ class ILQRResult(NamedTuple):
   iterations: jax.Array
   mu: jax.Array
   converged: jax.Array
+  stop: jax.Array
+
+  @property
+  def stopped(self) -> str:
+    """Why the solve stopped, by name (ILQR_STOPS[stop]), of a concrete result of one solve."""
+    code = np.asarray(self.stop)
+    if code.ndim:
+      raise ValueError(f"stopped names one solve's stop, got stop of shape {code.shape}: index "
+                       "the result first (ILQR_STOPS[int(result.stop[i])])")
+    return ILQR_STOPS[int(code)]
 
 
 def ilqr(
@@ -298,6 +334,7 @@ def _check_settings(settings: Any) -> ILQRSettings:
     final_gains=v.flag("settings.final_gains", settings.final_gains),
     linearization=v.one_of("settings.linearization", settings.linearization,
                            ("knot", "substeps")),
+    plateau=v.number("settings.plateau", settings.plateau, low=0.0),
   )
 
 
@@ -337,9 +374,13 @@ def _dynamics(params: Params, tangent: StateTangent, states: jax.Array, us: jax.
               nstep: int, settings: ILQRSettings) -> tuple[jax.Array, jax.Array]:
   """A_t (T, nx, nx), B_t (T, nx, nu) of every knot of the trajectory states, us."""
   horizon, nx = us.shape[0], tangent.nx
-  if settings.linearization == "knot" or nstep == 1:
+  if settings.linearization == "knot":
     a, b = derivatives.transition_fd(states[:-1], us, pl.rows(params, horizon), eps=settings.eps,
                                      nstep=nstep)
+    return a, b
+  if nstep == 1:  # a knot is one physics step: its own mjd_transitionFD, nothing to chain
+    a, b = derivatives.transition_fd(states[:-1], us, pl.rows(params, horizon), eps=settings.eps,
+                                     method="native")
     return a, b
   # Every physics step's Jacobians (one rollout call records the substeps), chained.
   held = jnp.repeat(us, nstep, axis=0)
@@ -418,6 +459,7 @@ class _Carry(NamedTuple):
   history: jax.Array
   ks: jax.Array
   gains: jax.Array
+  stop: jax.Array
 
 
 class _Try(NamedTuple):
@@ -479,6 +521,19 @@ def _solve_impl(cost, w, params, start, ctrls, lo, hi, mu0, nstep, iterations, s
                                                 jnp.asarray(0.0, start.dtype), c.ks, c.gains))
     improvement = c.value - t.value
     converged = t.accepted & (improvement <= settings.tolerance * jnp.abs(t.value))
+
+    def flattened() -> jax.Array:
+      # No step improved: a plateau if the last accepted iteration gained little, or if the
+      # model's least regularised step (the most it promises) gains little.
+      small = settings.plateau * jnp.abs(c.value)
+      gained = jnp.where(c.i >= 1, c.history[jnp.maximum(c.i - 1, 0)] - c.value, jnp.inf)
+      _, _, dv, ok = backward(model, c.us, jnp.asarray(settings.mu_min, start.dtype))
+      promised = jnp.where(ok, -(dv[0] + dv[1]), jnp.inf)
+      return (gained <= small) | (promised <= small)
+
+    plateau = jax.lax.cond(t.accepted, lambda: jnp.asarray(False), flattened)
+    stop = jnp.where(converged, _TOLERANCE,
+                     jnp.where(t.accepted, _ITERATIONS, jnp.where(plateau, _PLATEAU, _MU_MAX)))
     mu = jnp.where(t.alpha >= settings.trust_step, t.mu / settings.mu_factor,
                    jnp.where(t.alpha < settings.distrust_step, t.mu * settings.mu_factor, t.mu))
     mu = jnp.clip(jnp.where(t.accepted, mu, t.mu), settings.mu_min, settings.mu_max)
@@ -488,8 +543,9 @@ def _solve_impl(cost, w, params, start, ctrls, lo, hi, mu0, nstep, iterations, s
     if verbose:
       jax.debug.print("iLQR iteration {i}: cost {v:.6g}  step {a:.3g}  mu {m:.2g}  "
                       "(accepted {acc})", i=c.i + 1, v=value, a=t.alpha, m=mu, acc=t.accepted)
-    return _Carry(states, us, value, mu, c.i + 1, ~t.accepted | converged, converged,
-                  c.history.at[c.i + 1].set(value), t.ks, t.gains)
+    return _Carry(states, us, value, mu, c.i + 1, ~t.accepted | converged, converged | plateau,
+                  c.history.at[c.i + 1].set(value), t.ks, t.gains,
+                  jnp.asarray(stop, jnp.int32))
 
   def running(c: _Carry) -> jax.Array:
     return ~c.done & (c.i < iterations)
@@ -497,7 +553,8 @@ def _solve_impl(cost, w, params, start, ctrls, lo, hi, mu0, nstep, iterations, s
   c = _Carry(states, ctrls, value, jnp.clip(mu0, settings.mu_min, settings.mu_max),
              jnp.asarray(0), ~jnp.isfinite(value), jnp.asarray(False), history,
              jnp.zeros((horizon, nu), start.dtype), jnp.zeros((horizon, nu, tangent.nx),
-                                                              start.dtype))
+                                                              start.dtype),
+             jnp.where(jnp.isfinite(value), _ITERATIONS, _NOT_FINITE).astype(jnp.int32))
   c = jax.lax.while_loop(running, iteration, c)
   ks, gains = c.ks, c.gains
   if gains_mu is not None:
@@ -508,7 +565,8 @@ def _solve_impl(cost, w, params, start, ctrls, lo, hi, mu0, nstep, iterations, s
     ks, gains = jnp.stack([k for k, _ in each]), jnp.stack([gain for _, gain in each])
   elif settings.final_gains:
     ks, gains, _, _ = backward(linearize(c.states, c.us), c.us, c.mu)
-  return ILQRResult(c.us, c.states, c.value, c.history, ks, gains, c.i, c.mu, c.converged)
+  return ILQRResult(c.us, c.states, c.value, c.history, ks, gains, c.i, c.mu, c.converged,
+                    c.stop)
 
 
 # The programs of the solve and of the initial plan's check, per cost (a user's function) and
@@ -517,4 +575,4 @@ _solve = _programs.BoundedJit(_solve_impl, static_argnums=(0, 8, 9, 10, 11, 12))
 _simulate = _programs.BoundedJit(pl.simulate, static_argnums=(0, 4))
 
 
-__all__ = ["ILQRResult", "ILQRSettings", "box_qp", "ilqr", "ilqr_gains", "shift"]
+__all__ = ["ILQR_STOPS", "ILQRResult", "ILQRSettings", "box_qp", "ilqr", "ilqr_gains", "shift"]
