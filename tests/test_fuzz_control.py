@@ -186,7 +186,9 @@ REFUSED = [
        ("eps", "0", "0.0", r"settings.eps must be a finite number > 0"),
        ("boxqp_iterations", "0", "0", r"settings.boxqp_iterations must be an int >= 1"),
        ("final_gains", "int", "1", r"settings.final_gains must be True or False"),
-       ("linearization", "unknown", "'exact'", r"settings.linearization must be one of"))],
+       ("linearization", "unknown", "'exact'", r"settings.linearization must be one of"),
+       ("plateau", "negative", "-1e-3", r"settings.plateau must be a finite number >= 0"),
+       ("plateau", "NaN", "math.nan", r"settings.plateau must be a finite number"))],
   # shift, box_qp, splines.
   ("shift negative", "control.shift(jnp.zeros((H, 2)), -1)", r"knots must be an int >= 0, got -1"),
   ("shift float", "control.shift(jnp.zeros((H, 2)), 1.0)", r"knots must be an int >= 0, got 1.0"),
