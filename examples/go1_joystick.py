@@ -4,17 +4,21 @@
   python examples/go1_joystick.py --threads 2 --resume         # on from the last checkpoint
   python examples/go1_joystick.py --play                       # 10 s at 0.5 m/s, plot, GIF
   python examples/go1_joystick.py --processes 2 --threads 1    # data-parallel, 2 processes
+  python examples/go1_joystick.py --collisions feet            # Playground's feet-only physics
 
 The task is an `mjbatch_jax.envs.Env` shaped like MuJoCo Playground's Go1 joystick (config
 dict, `reset`/`step` for one env, reward terms as named methods, metrics) on Menagerie's Go1
 (../shared/models/unitree_go1) as Playground sets it up: 4 ms x 5 substeps per 50 Hz step, kp 35
-and kd 0.5, rotor inertia added to the legs' armature. Actions move the 12 joint targets around
-'home'; the 50 observations are the base's velocities and gravity in its frame, joint angles and
-velocities, the last action, the command (forward, sideways, yaw rate; redrawn every 5 s) and
-the 2 Hz gait clock. The reward tracks the command and a trot (FR+RL and FL+RR in turn) and
-penalises leaving home, tilting, bouncing, wobbling, joint limits and jerky actions; a fall ends
-the episode. The feet come from the step call (`observe=`). Floor and feet friction in [0.4,
-1.0], redrawn every 5 s, episodes, auto-resets and NaN actions (done) are the library's wrappers'.
+and kd 0.5, rotor inertia added to the legs' armature; with --collisions feet, also as
+Playground's go1_mjx_feetonly.xml: the feet alone touch the floor, one solver iteration (a
+checkpoint of one model is refused by the other's --play and --resume). Actions move the 12
+joint targets around 'home'; the 50 observations are the base's velocities and gravity in its
+frame, joint angles and velocities, the last action, the command (forward, sideways, yaw rate;
+redrawn every 5 s) and the 2 Hz gait clock. The reward tracks the command and a trot (FR+RL and
+FL+RR in turn) and penalises leaving home, tilting, bouncing, wobbling, joint limits and jerky
+actions; a fall ends the episode. The feet come from the step call (`observe=`). Floor and feet
+friction in [0.4, 1.0], redrawn every 5 s, episodes, auto-resets and NaN actions (done) are the
+library's wrappers'.
 
 Training is `mjbatch_jax.agents.ppo.train` (Brax's PPO, data-parallel over --processes). Every
 --eval-every iterations process 0 checks the deterministic policy at 0.5 m/s (16 envs, 10 s
@@ -39,6 +43,7 @@ import jax.numpy as jnp  # noqa: E402
 import mujoco  # noqa: E402
 import numpy as np  # noqa: E402
 
+from mjbatch_jax import _validate as v  # noqa: E402
 from mjbatch_jax import distributed, envs, launch, rotations  # noqa: E402
 from mjbatch_jax.agents import ppo  # noqa: E402
 
@@ -49,12 +54,15 @@ FOOT_PHASE = (0.0, np.pi, np.pi, 0.0)  # FR, FL, RR, RL: the diagonal pairs in a
 PLAY_COMMAND = 0.5  # m/s forward, for the evaluations
 WALKING = 0.1  # m/s of mean forward-velocity error, with no fall: the policy walks
 PASSES = 0.05  # m/s: what --play asks of the final policy
+# "full": Menagerie's Go1 as it is (every collision geom, the default solver); "feet": MuJoCo
+# Playground's feet-only contacts and one-iteration solver (feet_only).
+COLLISIONS = ("full", "feet")
 
 
 def default_config() -> dict[str, Any]:
   """The task's settings, as Playground's default_config (a plain dict)."""
   return {
-    "ctrl_dt": 0.02, "sim_dt": 0.004, "kp": 35.0, "kd": 0.5,
+    "collisions": "full", "ctrl_dt": 0.02, "sim_dt": 0.004, "kp": 35.0, "kd": 0.5,
     "rotor_inertia": 0.000111842,  # kg m^2, added to the armature of each leg joint
     "action_scale": 0.3,  # rad of joint target per unit of action
     "command_low": [0.0, -0.2, -0.3], "command_high": [1.0, 0.2, 0.3],  # m/s, m/s, rad/s
@@ -72,7 +80,9 @@ def default_config() -> dict[str, Any]:
 
 
 def go1_model(path: Path, config: dict[str, Any]) -> mujoco.MjModel:
-  """Menagerie's Go1 with the task's timestep, PD gains and rotor inertia."""
+  """Menagerie's Go1 with the task's timestep, PD gains and rotor inertia; with
+  config["collisions"] "feet", Playground's feet-only physics (feet_only)."""
+  collisions = v.one_of('config["collisions"]', config["collisions"], COLLISIONS)
   spec = mujoco.MjSpec.from_file(str(path))
   spec.option.timestep = config["sim_dt"]
   for actuator in spec.actuators:
@@ -81,7 +91,28 @@ def go1_model(path: Path, config: dict[str, Any]) -> mujoco.MjModel:
   for joint in spec.joints:
     if joint.name in JOINTS:
       joint.armature += config["rotor_inertia"]
+  if collisions == "feet":
+    feet_only(spec)
   return spec.compile()
+
+
+def feet_only(spec: mujoco.MjSpec) -> None:
+  """MuJoCo Playground's Go1 physics (go1_mjx_feetonly.xml) on Menagerie's Go1, in place.
+
+  Only the four feet touch the floor: every geom of the robot stops colliding except the feet,
+  which keep their affinity alone (contype 0: no foot-foot contacts), so foot-floor is the one
+  possible pair. And Playground's solver options: one Newton iteration of at most 5 line-search
+  steps, Euler without its implicit joint damping, and MuJoCo's default pyramidal cone with
+  impratio 1 where Menagerie asks for an elliptic cone with impratio 100 (whose stiff friction
+  one iteration leaves far from converged: the robot sinks and falls more). The rest, the feet's
+  contact parameters (condim 6, friction, solimp, priority) included, stays Menagerie's.
+  """
+  for geom in spec.geoms:
+    if geom.parent.name != "world":  # the floor stays as it is
+      geom.contype, geom.conaffinity = 0, int(geom.name in FEET)
+  spec.option.iterations, spec.option.ls_iterations = 1, 5
+  spec.option.disableflags |= mujoco.mjtDisableBit.mjDSBL_EULERDAMP
+  spec.option.cone, spec.option.impratio = mujoco.mjtCone.mjCONE_PYRAMIDAL, 1.0
 
 
 class Joystick(envs.Env):
@@ -240,9 +271,11 @@ class Evaluation:
   env and step), and the envs that fell. evaluation(make_policy, params) -> metrics."""
 
   def __init__(self, model_path: Path, threads: int, command: float = PLAY_COMMAND,
-               seconds: float = 10.0, num_envs: int = 16, seed: int = 1):
+               seconds: float = 10.0, num_envs: int = 16, seed: int = 1,
+               collisions: str = "full"):
     fixed = [command, 0.0, 0.0]
-    self.task = Joystick(model_path, {"command_low": fixed, "command_high": fixed}, threads)
+    self.task = Joystick(model_path, {"command_low": fixed, "command_high": fixed,
+                                      "collisions": collisions}, threads)
     self.env = envs.DomainRandomizationWrapper(envs.WarningWrapper(self.task),
                                                self.task.randomize)
     self.command, self.num_envs, self.seed = command, num_envs, seed
@@ -271,6 +304,16 @@ class Evaluation:
             "falls": float(np.any(fell, axis=0).sum())}
 
 
+def trained_collisions(path: Path) -> str | None:
+  """The collision model a checkpoint's policy was trained on ("full" for checkpoints older than
+  the option); None if there is no valid checkpoint at path (its loader says why)."""
+  try:
+    _, meta = ppo.read_checkpoint(path)
+  except ValueError:
+    return None
+  return meta["task"].get("collisions", "full")  # saved by ppo.train's task (training())
+
+
 def walks(metrics: dict[str, float]) -> bool:
   return metrics["eval/forward_error"] < WALKING and metrics["eval/falls"] == 0
 
@@ -294,15 +337,16 @@ def training(env: Joystick, num_envs: int = 1024, unroll: int = 24, iterations: 
           "unroll_length": unroll, "batch_size": num_envs // minibatches,
           "num_minibatches": minibatches, "episode_length": episode_length, "network": NETWORK,
           "randomization_fn": env.randomize, "randomization_period": env.friction_period,
-          **PPO, **ppo_overrides}
+          "task": {"collisions": env.config["collisions"]}, **PPO, **ppo_overrides}
 
 
 def train(args: argparse.Namespace, leader: bool) -> dict[str, Any]:
-  env = Joystick(args.model, num_threads=args.threads)
-  evaluation = Evaluation(args.model, args.threads) if leader else None
+  env = Joystick(args.model, {"collisions": args.collisions}, num_threads=args.threads)
+  evaluation = Evaluation(args.model, args.threads, collisions=args.collisions) if leader else None
   say = print if leader else (lambda *a, **k: None)
-  say(f"Go1 joystick, Brax's PPO: {args.num_envs} envs x {args.unroll} steps x {args.iterations}"
-      f" iterations, {env.sim.num_threads} physics threads per process, {jax.process_count()} "
+  say(f"Go1 joystick ({args.collisions} collisions), Brax's PPO: {args.num_envs} envs x "
+      f"{args.unroll} steps x {args.iterations} iterations, {env.sim.num_threads} physics "
+      f"threads per process, {jax.process_count()} "
       f"process(es), {jax.device_count()} device(s)", flush=True)
 
   load = []
@@ -331,7 +375,7 @@ def train(args: argparse.Namespace, leader: bool) -> dict[str, Any]:
     "num_envs": args.num_envs, "unroll": args.unroll, "iterations": curve[-1].iteration,
     "env_steps": curve[-1].env_steps, "wall_s": curve[-1].wall_s, "cpu_s": curve[-1].cpu_s,
     "eval_wall_s": curve[-1].eval_wall_s, "threads": env.sim.num_threads,
-    "processes": jax.process_count(),
+    "processes": jax.process_count(), "collisions": args.collisions,
     "final_velocity_error": final["forward_error"], "falls": int(final["falls"]),
     **{f"time_to_walk_{key}": None if first is None else getattr(first, field) for key, field
        in (("s", "wall_s"), ("cpu_s", "cpu_s"), ("env_steps", "env_steps"),
@@ -362,7 +406,8 @@ def plot_curve(out: Path, curve: list[ppo.Progress]) -> None:
 
 
 def play(args: argparse.Namespace) -> dict[str, Any]:
-  evaluation = Evaluation(args.model, args.threads, args.command, args.play_seconds)
+  evaluation = Evaluation(args.model, args.threads, args.command, args.play_seconds,
+                          collisions=args.collisions)
   policy, meta = ppo.load_policy(args.out, evaluation.task)
   metrics = evaluation(lambda params, deterministic: policy, None)
   forward, fell, rows = (evaluation.last[k] for k in ("forward", "fell", "rows"))
@@ -391,6 +436,9 @@ def main(argv: list[str] | None = None) -> dict | int:
   common.add_standard_args(parser, "go1_joystick")
   positive = common.int_in(1, 10**9, "a count >= 1")
   parser.add_argument("--model", type=Path, default=common.GO1_SCENE, help="the Go1 scene.xml")
+  parser.add_argument("--collisions", choices=COLLISIONS, default="full",
+                      help="full: Menagerie's Go1 as it is; feet: only the feet touch the floor, "
+                      "with MuJoCo Playground's one-iteration solver")
   parser.add_argument("--num-envs", type=positive, default=1024)
   parser.add_argument("--unroll", type=positive, default=24, help="steps per env and iteration")
   parser.add_argument("--iterations", type=positive, default=600)
@@ -421,6 +469,11 @@ def main(argv: list[str] | None = None) -> dict | int:
       (args.out.suffix != ".npz", f"--out must end in .npz, got {args.out}")):
     if wrong:
       parser.error(message)
+  trained = trained_collisions(args.out) if args.play or args.resume else None
+  if trained is not None and trained != args.collisions:
+    parser.error(f"--out {args.out} holds a policy trained with --collisions {trained}, not "
+                 f"--collisions {args.collisions}: {'play' if args.play else 'resume'} it with "
+                 f"--collisions {trained}")
   launched = os.environ.get(launch.ENV_NUM_PROCESSES, "1") != "1"
   if args.play:
     if args.processes > 1 or launched:
@@ -434,7 +487,8 @@ def main(argv: list[str] | None = None) -> dict | int:
   try:
     # Starts the multi-process runtime when launched (before any JAX computation) and checks
     # that every process has the same model, versions and envs per device.
-    dist = distributed.setup(go1_model(args.model, default_config()), args.num_envs, args.threads)
+    model = go1_model(args.model, {**default_config(), "collisions": args.collisions})
+    dist = distributed.setup(model, args.num_envs, args.threads)
   except ValueError as e:
     parser.error(f"--num-envs {args.num_envs}: {e}")
   with dist.sim:

@@ -230,5 +230,14 @@ def test_checkpoints_checked_before_training(env, tmp_path):
       ppo.train(env, 2 * PER_ITERATION, **SIZE, evaluate=evaluate, checkpoint=path, resume=True)
     with pytest.raises(ValueError, match=message):
       ppo.load_policy(path, env)
+  # A checkpoint of another task (train's task=): resume names the fields that differ.
+  tasked = variant("task", task={"collisions": "feet", "terrain": "flat"})
+  with pytest.raises(ValueError, match="trained on another task: collisions: 'feet', not "
+                     "'full'; terrain: 'flat', not None"):
+    ppo.train(env, 2 * PER_ITERATION, **SIZE, evaluate=evaluate, checkpoint=tasked, resume=True,
+              task={"collisions": "full"})
+  with pytest.raises(ValueError, match="task must hold JSON values"):
+    ppo.train(env, 2 * PER_ITERATION, **SIZE, checkpoint=tasked, resume=True,
+              task={"friction": float("nan")})
   assert len(calls) == 1
 

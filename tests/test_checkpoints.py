@@ -66,6 +66,18 @@ def test_a_saved_checkpoint_reads_back(valid):
   assert sorted(p.name for p in valid.parent.iterdir()) == ["run.npz"]
 
 
+def test_the_task_reads_back_and_defaults_to_none(tmp_path, valid):
+  assert ppo.read_checkpoint(valid)[1]["task"] == {}  # saved without a task
+  tasked = tmp_path / "tasked.npz"
+  ppo._save(tasked, params(), {}, rows(), None, {"collisions": "feet", "sizes": [1, 2]})
+  assert ppo.read_checkpoint(tasked)[1]["task"] == {"collisions": "feet", "sizes": [1, 2]}
+  arrays, meta = contents(valid)
+  del meta["task"]  # a checkpoint from before the field
+  assert ppo.read_checkpoint(rewrite(tmp_path / "old.npz", arrays, meta))[1]["task"] == {}
+  assert ppo.task_differences({"collisions": "feet"}, {"collisions": "feet"}) == ""
+  assert ppo.task_differences({}, {"collisions": "feet"}) == "collisions: None, not 'feet'"
+
+
 def test_the_examples_checkpoint_still_reads():
   path = RESULTS / "go1_joystick.npz"
   if not path.is_file():
@@ -162,6 +174,7 @@ def test_headers_of_the_wrong_type(tmp_path, valid, header, message):
   ({"iteration": 3}, "iteration 3 is not its curve's last \\(2\\)"),
   ({"network": DROP}, "network must be a JSON object"),
   ({"network": ["tanh"]}, "network must be a JSON object"),
+  ({"task": ["feet"]}, "task must be a JSON object"),
   ({"learning_rate": "3e-4"}, "learning_rate must be a finite number > 0 or null"),
   ({"learning_rate": float("nan")}, "learning_rate must be a finite number > 0 or null"),
   ({"learning_rate": -1.0}, "learning_rate must be"),

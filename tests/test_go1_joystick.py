@@ -223,3 +223,131 @@ def test_refusals(tmp_path):
     done = run(*args, timeout=600)
     assert done.returncode == 2 and message in done.stderr, (args, done.stderr[-2000:])
     assert "Traceback" not in done.stderr, done.stderr
+
+
+# -- the feet-only model (--collisions feet) -----------------------------------------------------
+
+FEET_CONFIG = {"collisions": "feet"}
+# What feet_only changes, besides the options: which geoms collide, and what MuJoCo derives from
+# that alone (the bodies' collision masks and the bounding-volume trees of colliding geoms).
+COLLISION_FIELDS = {"geom_contype", "geom_conaffinity", "body_contype", "body_conaffinity",
+                    "body_bvhadr", "body_bvhnum", "bvh_aabb", "bvh_child", "bvh_depth",
+                    "bvh_nodeid"}
+
+
+def colliding(model, data):
+  return {tuple(sorted((model.geom(int(c.geom[0])).name, model.geom(int(c.geom[1])).name)))
+          for c in data.contact[:data.ncon]}
+
+
+def test_feet_model_collides_the_feet_with_the_floor_alone(go1):
+  config = go1.default_config()
+  assert config["collisions"] == "full"
+  full = go1.go1_model(GO1, config)
+  feet = go1.go1_model(GO1, {**config, **FEET_CONFIG})
+  # Statically: no explicit pairs, and of the geoms that may collide, only floor-foot pairs match.
+  assert feet.npair == 0 and feet.nexclude == 0
+  may = [g for g in range(feet.ngeom) if feet.geom_contype[g] or feet.geom_conaffinity[g]]
+  assert sorted(feet.geom(g).name for g in may) == sorted(["floor", *go1.FEET])
+  for n, i in enumerate(may):
+    for j in may[n + 1:]:
+      match = (feet.geom_contype[i] & feet.geom_conaffinity[j]) \
+        | (feet.geom_contype[j] & feet.geom_conaffinity[i])
+      names = {feet.geom(i).name, feet.geom(j).name}
+      assert bool(match) == ("floor" in names), names
+  # Dynamically: the robot sunk into the floor touches it with its legs and body in the full
+  # model, with its four feet alone in the feet model.
+  pairs = {}
+  for name, model in (("full", full), ("feet", feet)):
+    data = mujoco.MjData(model)
+    mujoco.mj_resetDataKeyframe(model, data, model.key("home").id)
+    data.qpos[2] = 0.05
+    mujoco.mj_forward(model, data)
+    pairs[name] = colliding(model, data)
+  assert pairs["feet"] == {tuple(sorted(("floor", foot))) for foot in go1.FEET}
+  assert pairs["full"] - pairs["feet"], pairs["full"]  # other geoms touch in the full model
+
+  # Playground's solver options; Menagerie's in the full model.
+  opt, menagerie = feet.opt, mujoco.MjModel.from_xml_path(str(GO1)).opt
+  assert (opt.iterations, opt.ls_iterations, opt.cone, opt.impratio) \
+    == (1, 5, mujoco.mjtCone.mjCONE_PYRAMIDAL, 1.0)
+  assert opt.disableflags == mujoco.mjtDisableBit.mjDSBL_EULERDAMP
+  assert opt.integrator == mujoco.mjtIntegrator.mjINT_EULER and opt.timestep == 0.004
+  assert (full.opt.iterations, full.opt.ls_iterations, full.opt.cone, full.opt.impratio,
+          full.opt.disableflags) == (menagerie.iterations, menagerie.ls_iterations,
+                                     mujoco.mjtCone.mjCONE_ELLIPTIC, 100.0, 0)
+  np.testing.assert_array_equal(full.geom_contype, mujoco.MjModel.from_xml_path(
+    str(GO1)).geom_contype)
+  # Everything else is the full model's, array for array and option for option.
+  differ = {name for name in dir(full) if not name.startswith("_")
+            and isinstance(getattr(full, name), np.ndarray)
+            and not np.array_equal(getattr(full, name), getattr(feet, name), equal_nan=True)}
+  assert differ <= COLLISION_FIELDS, differ - COLLISION_FIELDS
+  options = {name for name in dir(opt) if not name.startswith("_")
+             and not callable(getattr(opt, name))
+             and not np.array_equal(getattr(full.opt, name), getattr(opt, name))}
+  assert options == {"iterations", "ls_iterations", "cone", "impratio", "disableflags"}
+
+
+def test_collisions_must_be_a_known_model(go1):
+  with pytest.raises(ValueError, match=r'config\["collisions"\] must be one of'):
+    go1.go1_model(GO1, {**go1.default_config(), "collisions": "hands"})
+
+
+def test_feet_model_steps_as_plain_mujoco(go1):
+  with jax.enable_x64(True):
+    env = go1.Joystick(GO1, FEET_CONFIG, num_threads=1)
+    try:
+      model = env.mj_model
+      assert model.opt.iterations == 1 and env.config["collisions"] == "feet"
+      state = env.reset(jax.random.PRNGKey(3))
+      data = mujoco.MjData(model)
+      mujoco.mj_setState(model, data, np.asarray(state.data.row),
+                         mujoco.mjtState.mjSTATE_INTEGRATION)
+      step = jax.jit(env.step)
+      actions = np.random.default_rng(0).uniform(-1, 1, (10, 12))
+      row = np.empty(env.sim.nstate)
+      touched = set()
+      for action in actions:
+        state = step(state, jnp.asarray(action))
+        data.ctrl[:] = np.asarray(state.data.ctrl)
+        for _ in range(env.n_substeps):
+          mujoco.mj_step(model, data)
+          touched |= colliding(model, data)
+        mujoco.mj_getState(model, data, row, mujoco.mjtState.mjSTATE_INTEGRATION)
+        np.testing.assert_array_equal(np.asarray(state.data.row), row)
+        np.testing.assert_array_equal(np.asarray(state.data.site_xpos), data.site_xpos)
+      assert touched and all("floor" in pair for pair in touched), touched
+    finally:
+      env.close()
+
+
+def write_checkpoint(path, collisions):
+  from mjbatch_jax import archive
+  from mjbatch_jax.agents import ppo
+
+  row = ppo.Progress(10, 1000, 1.0, 2.0, 0.1, 0.2, {"eval/forward_error": 0.5}).row()
+  meta = {"format": ppo.CHECKPOINT_FORMAT, "network": {}, "iteration": 10,
+          "learning_rate": None, "curve": [row]}
+  if collisions is not None:  # ppo.train's task, as training() gives it
+    meta["task"] = {"collisions": collisions}
+  archive.write(path, {"param['w']": np.zeros(3, np.float32)}, meta, header_key="__meta__")
+  return path
+
+
+@pytest.mark.parametrize("trained, args", [
+  ("feet", ["--play"]),                           # feet checkpoint, full model
+  ("full", ["--play", "--collisions", "feet"]),   # full checkpoint, feet model
+  (None, ["--resume", "--collisions", "feet"]),   # a checkpoint from before the option: full
+  ("feet", ["--resume", "--collisions", "full"]),
+])
+def test_checkpoint_of_the_other_model_is_refused(go1, tmp_path, capsys, trained, args):
+  policy = write_checkpoint(tmp_path / "go1.npz", trained)
+  model = trained or "full"
+  assert go1.trained_collisions(policy) == model
+  assert go1.trained_collisions(tmp_path / "missing.npz") is None  # its loader says why
+  with pytest.raises(SystemExit) as exit_:
+    go1.main([*args, "--out", str(policy)])
+  assert exit_.value.code == 2
+  assert f"holds a policy trained with --collisions {model}, not --collisions" \
+    in capsys.readouterr().err

@@ -28,6 +28,7 @@ import dataclasses
 import difflib
 import functools
 import inspect
+import json
 import math
 import os
 import time
@@ -264,6 +265,7 @@ def train(
   log: Callable[[Progress], None] | None = None,
   seed: int = 0,
   randomization_period: int | None = None,
+  task: Mapping[str, Any] | None = None,
   **ppo_kwargs: Any,
 ) -> Trained:
   """Brax's ppo.train on environment, evaluated, checkpointed and timed; see the module doc.
@@ -291,6 +293,10 @@ def train(
     log: called with each Progress (process 0).
     randomization_period: steps between redraws of each env's params by Brax's
       randomization_fn (wrap_for_brax_training's); None: at reset only.
+    task: what the environment was built with that a checkpoint's policy depends on but its
+      networks do not show (a JSON object, e.g. {"collisions": "feet"}), saved in every
+      checkpoint; resume refuses a checkpoint of another task, naming the fields that differ,
+      and read_checkpoint's metadata holds it ({} when not given).
     **ppo_kwargs: the rest of Brax's ppo.train arguments (learning_rate, entropy_cost,
       discounting, num_updates_per_batch, randomization_fn, ...).
 
@@ -326,6 +332,7 @@ def train(
     raise ValueError("stop ends training in process 0 alone: use it with one process")
   if resume and checkpoint is None:
     raise ValueError("resume needs the checkpoint to resume from")
+  task = _check_task(task)
   checkpoint = None if checkpoint is None else _checkpoint_path("checkpoint", checkpoint)
   if checkpoint is not None and checkpoint.suffix != ".npz":
     raise ValueError(f"checkpoint must be an .npz path, got {str(checkpoint)!r}")
@@ -341,6 +348,9 @@ def train(
     if network is None:  # the checkpoint's networks, which its params fit
       network = saved["network"]
       factory = network_factory(network)
+    differ = task_differences(saved["task"], task)
+    if differ:
+      raise ValueError(f"{checkpoint} was trained on another task: {differ}")
     done = saved["iteration"]
     curve = [Progress(**row) for row in saved["curve"]]
     lr = saved.get("learning_rate")
@@ -396,7 +406,7 @@ def train(
     if checkpoint is not None:
       rate = metrics.get("training/learning_rate")
       _save(checkpoint, latest["params"], network, curve,
-            rate if rate is not None and math.isfinite(rate) and rate > 0 else None)
+            rate if rate is not None and math.isfinite(rate) and rate > 0 else None, task)
     if log is not None:
       log(progress)
     aside()  # counted in the next row
@@ -433,10 +443,10 @@ def _named_leaves(tree: Any) -> dict[str, Any]:
 
 
 def _save(path: Path, params: Any, network: Mapping[str, Any] | None, curve: list[Progress],
-          learning_rate: float | None) -> None:
+          learning_rate: float | None, task: dict[str, Any] | None = None) -> None:
   meta = {"format": CHECKPOINT_FORMAT, "network": network or {},
           "iteration": curve[-1].iteration, "learning_rate": learning_rate,
-          "curve": [p.row() for p in curve]}
+          "curve": [p.row() for p in curve], "task": task or {}}
   arrays = {f"param{name}": np.asarray(leaf) for name, leaf in _named_leaves(params).items()}
   archive.write(path, arrays, meta, header_key="__meta__")  # never a half-written checkpoint
 
@@ -513,6 +523,9 @@ def _check_meta(meta: dict[str, Any], bad: Callable[[str], ValueError]) -> None:
   if not isinstance(meta.get("network"), dict):
     raise bad(f"network must be a JSON object of make_ppo_networks' arguments, got "
               f"{v.shown(meta.get('network'))}")
+  meta.setdefault("task", {})  # checkpoints from before train's task
+  if not isinstance(meta["task"], dict):
+    raise bad(f"task must be a JSON object, got {v.shown(meta['task'])}")
   if "iteration" not in meta:
     raise bad("its header has no iteration")
   iteration = count("iteration", meta["iteration"])
@@ -542,6 +555,29 @@ def _check_meta(meta: dict[str, Any], bad: Callable[[str], ValueError]) -> None:
       raise bad(f"curve[{i}] metrics must map names to numbers, got {v.shown(metrics)}")
   if previous != iteration:
     raise bad(f"iteration {iteration} is not its curve's last ({previous})")
+
+
+def _check_task(task: Any) -> dict[str, Any]:
+  """train's task as the JSON object a checkpoint saves (ValueError if it cannot be one)."""
+  if task is None:
+    return {}
+  if not isinstance(task, Mapping) or not all(isinstance(k, str) for k in task):
+    raise ValueError(f"task must be a mapping of names to JSON values or None, got "
+                     f"{v.shown(task)}")
+  try:
+    return json.loads(json.dumps(archive.plain(dict(task)), allow_nan=False))
+  except (TypeError, ValueError) as e:
+    raise ValueError(f"task must hold JSON values (finite numbers, strings, lists, mappings), "
+                     f"got {v.shown(task)}: {e}") from None
+
+
+def task_differences(saved: Mapping[str, Any], task: Mapping[str, Any] | None) -> str:
+  """'' if a checkpoint's task (its metadata's "task") is `task`, else the fields that differ,
+  each as 'name: saved value, not given value' (for the error that refuses it)."""
+  given = _check_task(task)
+  names = sorted(set(saved) | set(given), key=str)
+  return "; ".join(f"{name}: {saved.get(name)!r}, not {given.get(name)!r}" for name in names
+                   if saved.get(name) != given.get(name))
 
 
 def _template(environment: Any, network: Mapping[str, Any] | None) -> tuple[Any, Any]:
