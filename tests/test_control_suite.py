@@ -1,0 +1,92 @@
+"""benchmarks/control_suite.py: every task builds on its dm_control model, its success predicate
+can fail, and a reduced run reports every task (never its speed or its score).
+
+dm_control's models come from mujoco_playground (this interpreter, or the .venv-rl that .ci/run
+builds, whose leg runs this file).
+"""
+
+import importlib.util
+import json
+import sys
+from pathlib import Path
+from types import ModuleType
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import mjbatch_jax
+
+BENCHMARKS = Path(__file__).resolve().parent.parent / "benchmarks"
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def suite() -> ModuleType:
+  sys.path.insert(0, str(BENCHMARKS))
+  spec = importlib.util.spec_from_file_location("control_suite", BENCHMARKS / "control_suite.py")
+  assert spec is not None and spec.loader is not None
+  module = importlib.util.module_from_spec(spec)
+  spec.loader.exec_module(module)
+  if module.package_file("mujoco_playground", f"{module.XMLS}/acrobot.xml",
+                         module.PEER_PYTHONS) is None:
+    pytest.skip("mujoco_playground (dm_control's models) is installed neither here nor in "
+                ".venv-rl: .ci/run's RL leg runs this file")
+  return module
+
+
+def _names(module_path: Path) -> list[str]:
+  """The suite's task names, read without importing it (for parametrize)."""
+  text = module_path.read_text()
+  return [line.split('"')[1] for line in text.splitlines() if line.strip().startswith('Task("')]
+
+
+TASK_NAMES = _names(BENCHMARKS / "control_suite.py")
+
+
+def test_the_suite_has_its_tasks():
+  assert {"acrobot_swingup", "cartpole_swingup", "pendulum_swingup", "point_mass_reach",
+          "reacher_reach", "swimmer_reach", "hopper_hop", "walker_walk"} <= set(TASK_NAMES)
+
+
+@pytest.mark.parametrize("name", TASK_NAMES)
+def test_doing_nothing_does_not_solve_a_task(suite, name):
+  # The success predicate on an episode of zero controls from the task's first start: never
+  # solved (a predicate that cannot fail would make the suite's table meaningless).
+  task = {t.name: t for t in suite.TASKS}[name]
+  model = suite.load_model(task)
+  nstep = round(task.control_s / model.opt.timestep)
+  with mjbatch_jax.Simulator(model, num_threads=1) as sim:
+    setup = task.setup(model, sim, task.control_s)
+    start = setup.start(np.random.default_rng(0))
+    assert start.shape == (sim.layout.size,) and np.all(np.isfinite(start))
+    steps = round(task.seconds / task.control_s)
+    states, _ = mjbatch_jax.rollout(jnp.asarray(start)[None], jnp.zeros((1, steps, model.nu)),
+                                    sim.params(1), nstep=nstep)
+    rows = np.concatenate([start[None], np.asarray(states[0])])
+    solved, numbers = setup.solved(rows)
+    assert not solved, numbers
+    assert numbers and all(np.isfinite(v) for v in numbers.values())
+    # The residual has the cost's size on the start row.
+    obs = (mjbatch_jax.forward(jnp.asarray(start)[None], sim.params(1), setup.cost.observe)
+           if setup.cost.observe else {})
+    r = setup.cost.residual(jnp.asarray(start), jnp.zeros(model.nu),
+                            jax.tree.map(lambda x: x[0], obs), jnp.asarray(0))
+    assert r.shape == (sum(term.size for term in setup.cost.terms),)
+
+
+def test_a_reduced_run_reports_every_task(suite, tmp_path):
+  result = suite.main(["--quick", "--out", str(tmp_path)])
+  written = json.loads(next(tmp_path.glob("control_suite-*.json")).read_text())
+  assert [e["task"] for e in written["tasks"]] == TASK_NAMES == [e["task"] for e in
+                                                                result["tasks"]]
+  for entry in written["tasks"]:
+    assert entry["starts"] == 1 and entry["solved"] in (0, 1)
+    assert entry["planner"] in ("ilqr", "predictive", "mppi", "cem")
+    assert entry["real_time_factor"] > 0 and np.isfinite(entry["cost_per_step"])
+
+
+def test_an_unknown_task_is_refused(suite):
+  with pytest.raises(SystemExit):
+    suite.main(["--tasks", "acrobot_swingup,backflip"])
