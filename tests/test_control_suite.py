@@ -46,8 +46,9 @@ TASK_NAMES = _names(BENCHMARKS / "control_suite.py")
 
 
 def test_the_suite_has_its_tasks():
-  assert {"acrobot_swingup", "cartpole_swingup", "pendulum_swingup", "point_mass_reach",
-          "reacher_reach", "swimmer_reach", "hopper_hop", "walker_walk"} <= set(TASK_NAMES)
+  assert set(TASK_NAMES) == {"acrobot_swingup", "acrobot_balance", "cartpole_swingup",
+                             "cartpole_balance", "pendulum_swingup", "point_mass_reach",
+                             "reacher_reach", "swimmer_reach", "hopper_hop", "walker_walk"}
 
 
 @pytest.mark.parametrize("name", TASK_NAMES)
