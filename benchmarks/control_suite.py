@@ -4,7 +4,8 @@
                                      [--quick] [--no-gif]
 
 Each task is a model this repository did not write (Playground's dm_control suite XMLs, read
-where mujoco_playground is installed: this interpreter or .venv-rl), a residual cost in a few
+where mujoco_playground is installed: this interpreter or .venv-rl; `pip install -e
+'.[playground,examples]'` gives both them and the GIFs' pyopengl), a residual cost in a few
 lines, a success predicate on the episode, and the planner and settings that docs/control.md
 recommends for it. Every task runs `--starts` episodes from random starts (seeds 0, 1, ...) with
 control.receding_horizon, and reports how many it solved, the final cost, and the time of a
@@ -507,12 +508,12 @@ def run_task(task: Task, starts: int, threads: int, seconds: float | None, gif: 
       print(f"{task.name} start {s}: solved={ok} {numbers} "
             f"{episodes[-1]['seconds_per_step'] * 1e3:.1f} ms/step", flush=True)
       if gif is not None and s == 0:
-        fps = min(1 / task.control_s, 25.0)
+        fps = min(1 / task.control_s, 10.0)  # small files: a GIF per task in the repository
         every = max(round(1 / (task.control_s * fps)), 1)
         from common import render  # pyright: ignore[reportMissingImports]  (examples/)
 
         print(render(model, rows[::every], gif / f"{task.name}.gif", 1 / (task.control_s * every),
-                     camera=task.camera, track_body=task.track, height=180, width=240),
+                     camera=task.camera, track_body=task.track, height=150, width=200),
               flush=True)
   step_wall = float(np.median([e["seconds_per_step"] for e in episodes]))
   step_cpu = float(np.median([e["cpu_per_step"] for e in episodes]))
@@ -576,9 +577,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
   result = {"machine": machine_info(sys.argv if argv is None else ["control_suite.py", *argv]),
             "threads": args.threads, "tasks": entries}
   out = write_result(args.out, "control_suite", result)
-  figure = plot(entries, out.with_suffix(".png"))
-  if figure is not None:
-    print(f"wrote {figure}")
+  plot(entries, out.with_suffix(".png"))
   for e in entries:
     print(f"{e['task']:20s} {e['planner']:10s} solved {e['solved']}/{e['starts']}  "
           f"real-time factor {e['real_time_factor']:.2f}  cost/step {e['cost_per_step']:.4g}")
