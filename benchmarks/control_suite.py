@@ -20,7 +20,6 @@ benchmarks/results/control_suite/.
 import argparse
 import dataclasses
 import sys
-import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -47,6 +46,7 @@ from _common import (  # noqa: E402, I001
   save_figure,
   write_result,
 )
+from common import render, run_mpc  # noqa: E402  # pyright: ignore[reportMissingImports]
 
 XMLS = "_src/dm_control_suite/xmls"
 PEER_PYTHONS = [str(HERE.parent / ".venv-rl/bin/python")]
@@ -488,30 +488,16 @@ def run_task(task: Task, starts: int, threads: int, seconds: float | None, gif: 
     planner = make_planner(task, model, sim, setup.cost)
     step = control.receding_horizon(planner, sim.params(1))
     for s in range(starts):
-      rng = np.random.default_rng(s)
-      state = jnp.asarray(setup.start(rng))
-      plan = planner.init()
-      key = jax.random.PRNGKey(s)
-      rows, wall, cpu = [np.asarray(state)], [], []
-      for k in range(steps):
-        begin, begin_cpu = time.perf_counter(), time.process_time()
-        state, plan, _ = jax.block_until_ready(step(state, plan, jax.random.fold_in(key, k)))
-        wall.append(time.perf_counter() - begin)
-        cpu.append(time.process_time() - begin_cpu)
-        rows.append(np.asarray(state))
-      rows = np.array(rows)
+      state = jnp.asarray(setup.start(np.random.default_rng(s)))
+      rows, timing = run_mpc(planner, sim.params(1), state, s, steps, step=step)
       ok, numbers = setup.solved(rows)
       episodes.append({"seed": s, "solved": bool(ok), **numbers,
-                       "cost_per_step": episode_cost(task, setup.cost, rows, sim),
-                       "seconds_per_step": float(np.median(wall[1:] or wall)),
-                       "cpu_per_step": float(np.median(cpu[1:] or cpu))})
+                       "cost_per_step": episode_cost(task, setup.cost, rows, sim), **timing})
       print(f"{task.name} start {s}: solved={ok} {numbers} "
             f"{episodes[-1]['seconds_per_step'] * 1e3:.1f} ms/step", flush=True)
       if gif is not None and s == 0:
         fps = min(1 / task.control_s, 10.0)  # small files: a GIF per task in the repository
         every = max(round(1 / (task.control_s * fps)), 1)
-        from common import render  # pyright: ignore[reportMissingImports]  (examples/)
-
         print(render(model, rows[::every], gif / f"{task.name}.gif", 1 / (task.control_s * every),
                      camera=task.camera, track_body=task.track, height=150, width=200),
               flush=True)

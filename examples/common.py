@@ -250,18 +250,20 @@ def timed(*calls: tuple, repeats: int = 3) -> list[float]:
 
 
 def run_mpc(planner: Any, params: Any, state: Any, seed: int, steps: int, plan: Any = None,
-            every: int = 0, report: Callable[[int, Any], str] | None = None
-            ) -> tuple[np.ndarray, dict[str, float]]:
+            every: int = 0, report: Callable[[int, Any], str] | None = None,
+            step: Callable[..., Any] | None = None) -> tuple[np.ndarray, dict[str, float]]:
   """Runs control.receding_horizon(planner, params)'s control step `steps` times from state.
 
   plan: the first plan (default planner.init()). Every `every` steps it prints report(k, state).
+  step: that control step if the caller made it already (episodes from several starts then
+  compile it once).
   Returns the real system's states (steps + 1, nstate) and the steady-state median wall and CPU
   seconds (all threads) of a control step, "seconds_per_step" and "cpu_per_step": the first
   step compiles, so it counts only when it is the only one.
   """
   from mjbatch_jax import control
 
-  step = control.receding_horizon(planner, params)
+  step = control.receding_horizon(planner, params) if step is None else step
   plan = planner.init() if plan is None else plan
   rows, wall, cpu = [np.asarray(state)], [], []
   key = jax.random.PRNGKey(seed)
