@@ -1,11 +1,13 @@
-"""Identification on a recording with contacts: dm_control's cheetah, against mujoco.sysid.
+"""Identification on a recording with contacts: dm_control's cheetah or walker, against
+mujoco.sysid.
 
-The held-out model: dm_control suite's cheetah (as mujoco_playground ships it), its masses made
-explicit (settotalmass applied once). Unknowns: 4 bodies' log masses (rotational inertia
-scaled with the mass) and the 6 leg joints' log dampings, the guess off by 17-67% each. The
-recording: random piecewise-constant controls from rest, the cheetah falling onto the floor
-and kicking along it (contacts throughout), joint positions measured with noise 1e-4 and the
-windows' start records noisy (positions 1e-4, velocities 1e-2).
+The held-out model: dm_control suite's cheetah (or walker, --model walker), as mujoco_playground
+ships it, its masses made explicit (the cheetah's settotalmass applied once). Unknowns: 4
+bodies' log masses (rotational inertia scaled with the mass) and the 6 leg joints' log
+dampings, the guess off by 17-67% each. The recording: random piecewise-constant controls from
+rest, the robot falling onto the floor and kicking along it (contacts throughout), joint
+positions measured with noise 1e-4 and the windows' start records noisy (positions 1e-4,
+velocities 1e-2).
 
 Fitted by `mjbatch_jax.sysid` with fitted starts (squared and Huber loss), with starts fixed at
 their noisy records (mujoco.sysid's terms), and by `mujoco.sysid` (its "mujoco" optimiser, the
@@ -13,8 +15,8 @@ same windows, the same bounds). Each row: the final cost in one cost function (f
 chi-square / 2: mujoco.sysid's answer and the truth evaluated in it too), the mean |relative
 error| of the 10 values, iterations, CPU seconds (all threads of this process).
 
-  python benchmarks/sysid_contacts.py [--samples 1000] [--window 50] [--iterations 30]
-                                      [--quick] [--skip-mujoco-sysid]
+  python benchmarks/sysid_contacts.py [--model cheetah] [--samples 1000] [--window 50]
+                                      [--iterations 30] [--quick] [--skip-mujoco-sysid]
 """
 
 import argparse
@@ -41,19 +43,25 @@ from _common import RESULTS, machine_info, package_file, run_timed, write_result
 import mjbatch_jax  # noqa: E402
 from mjbatch_jax import sysid  # noqa: E402
 
-CHEETAH = "_src/dm_control_suite/xmls/cheetah.xml"
-BODIES = ["torso", "bthigh", "bshin", "fthigh"]
-JOINTS = ["bthigh", "bshin", "bfoot", "fthigh", "fshin", "ffoot"]
+XMLS = "_src/dm_control_suite/xmls"
+# Each model's unknowns: 4 bodies' masses and 6 joints' dampings.
+MODELS = {
+  "cheetah": (["torso", "bthigh", "bshin", "fthigh"],
+              ["bthigh", "bshin", "bfoot", "fthigh", "fshin", "ffoot"]),
+  "walker": (["torso", "right_thigh", "right_leg", "left_thigh"],
+             ["right_hip", "right_knee", "right_ankle", "left_hip", "left_knee", "left_ankle"]),
+}
 NOISE, START_Q, START_V = 1e-4, 1e-4, 1e-2
 BOX = 1.5  # bounds: the guess +- this, in log units
 
 
-def cheetah_spec() -> mujoco.MjSpec:
-  """The cheetah with its compiled inertias written into the bodies (no settotalmass), and
-  position sensors of its 9 joints (mujoco.sysid reads its measurements by sensor name)."""
-  path = package_file("mujoco_playground", CHEETAH, [str(HERE.parent / ".venv-rl/bin/python")])
+def robot_spec(name: str) -> mujoco.MjSpec:
+  """The model with its compiled inertias written into the bodies (no settotalmass), and
+  position sensors of its joints (mujoco.sysid reads its measurements by sensor name)."""
+  xml = f"{XMLS}/{name}.xml"
+  path = package_file("mujoco_playground", xml, [str(HERE.parent / ".venv-rl/bin/python")])
   if path is None:
-    raise SystemExit(f"cheetah.xml not found (mujoco_playground's {CHEETAH})")
+    raise SystemExit(f"{name}.xml not found (mujoco_playground's {xml})")
   spec = mujoco.MjSpec.from_file(str(path))
   model = spec.compile()
   spec.compiler.settotalmass = -1
@@ -62,7 +70,7 @@ def cheetah_spec() -> mujoco.MjSpec:
     body.explicitinertial = True
     body.mass, body.ipos = model.body_mass[i], model.body_ipos[i]
     body.iquat, body.inertia = model.body_iquat[i], model.body_inertia[i]
-  for sensor in list(spec.sensors):  # its own sensor (a subtree velocity) measures nothing here
+  for sensor in list(spec.sensors):  # its own sensors measure nothing of the fit
     spec.delete(sensor)
   for j in range(model.njnt):
     spec.add_sensor(name=f"q_{model.joint(j).name}", type=mujoco.mjtSensor.mjSENS_JOINTPOS,
@@ -87,27 +95,28 @@ def record(sim, params, samples: int, rng) -> tuple[np.ndarray, np.ndarray, np.n
   return noisy, ctrls, q
 
 
-def fit_mujoco_sysid(spec, model, data, layout, theta0, low, high, iterations: int):
+def fit_mujoco_sysid(spec, model, data, layout, theta0, low, high, iterations: int, name: str):
   """The same fit with MuJoCo's toolbox: the same numbers set on the spec by modifiers, the
   windows as its sequences (started from the records), joint position sensors."""
   mj_sysid = importlib.import_module("mujoco.sysid")
-  mass0 = {b: model.body(b).mass[0] for b in BODIES}
-  inertia0 = {b: model.body(b).inertia.copy() for b in BODIES}
+  bodies, joints = MODELS[name]
+  mass0 = {b: model.body(b).mass[0] for b in bodies}
+  inertia0 = {b: model.body(b).inertia.copy() for b in bodies}
 
   def masses(spec, p):
-    for b, value in zip(BODIES, np.exp(p.value), strict=True):
+    for b, value in zip(bodies, np.exp(p.value), strict=True):
       spec.body(b).mass = value
       spec.body(b).inertia = inertia0[b] * value / mass0[b]
 
   def dampings(spec, p):
-    for j, value in zip(JOINTS, np.exp(p.value), strict=True):
+    for j, value in zip(joints, np.exp(p.value), strict=True):
       joint = spec.joint(j)
       damping = np.array(joint.damping)  # (3,): the first is the linear damping
       damping[0] = value
       joint.damping = damping
 
   params = mj_sysid.ParameterDict()
-  k = len(BODIES)
+  k = len(bodies)
   params.add(mj_sysid.Parameter("masses", theta0[:k], low[:k], high[:k], modifier=masses))
   params.add(mj_sysid.Parameter("dampings", theta0[k:], low[k:], high[k:], modifier=dampings))
   dt = model.opt.timestep
@@ -121,7 +130,7 @@ def fit_mujoco_sysid(spec, model, data, layout, theta0, low, high, iterations: i
     sensors = mj_sysid.TimeSeries.from_names(times[1:] + dt, data.measured[w], model)
     initial = mj_sysid.create_initial_state(model, data.starts[w, layout.qpos],
                                             data.starts[w, layout.qvel])
-    sequences.append(mj_sysid.ModelSequences("cheetah", spec, f"window{w}", initial, control,
+    sequences.append(mj_sysid.ModelSequences(name, spec, f"window{w}", initial, control,
                                              sensors))
   residual_fn = mj_sysid.build_residual_fn(models_sequences=sequences)
   with contextlib.redirect_stdout(io.StringIO()):  # its optimiser prints every iteration
@@ -134,6 +143,7 @@ def fit_mujoco_sysid(spec, model, data, layout, theta0, low, high, iterations: i
 def main(argv: list[str]) -> None:
   parser = argparse.ArgumentParser(description=__doc__,
                                    formatter_class=argparse.RawDescriptionHelpFormatter)
+  parser.add_argument("--model", choices=sorted(MODELS), default="cheetah")
   parser.add_argument("--samples", type=int, default=1000, help="controls in the recording")
   parser.add_argument("--window", type=int, default=50)
   parser.add_argument("--iterations", type=int, default=30)
@@ -147,12 +157,13 @@ def main(argv: list[str]) -> None:
     args.samples, args.iterations = 300, 15
   if args.samples < args.window or min(args.iterations, args.window) < 1:
     parser.error("--samples >= --window; sizes >= 1")
-  spec = cheetah_spec()
+  spec = robot_spec(args.model)
   model = spec.compile()
+  bodies, joints = MODELS[args.model]
   sim = mjbatch_jax.Simulator(model, num_threads=args.threads)
   layout = sim.layout
-  parameters = sysid.Parameters(sim, [sysid.Inertia(BODIES, form="mass"),
-                                      sysid.Field("dof_damping", JOINTS, log=True)])
+  parameters = sysid.Parameters(sim, [sysid.Inertia(bodies, form="mass"),
+                                      sysid.Field("dof_damping", joints, log=True)])
   truth = parameters.initial
   rng = np.random.default_rng(args.seed)
   off = rng.uniform(0.17, 0.67, truth.size) * rng.choice([-1.0, 1.0], truth.size)
@@ -192,7 +203,7 @@ def main(argv: list[str]) -> None:
           + " ".join(f"{k} {v}" for k, v in extra.items()), flush=True)
 
   truth_cost = fixed_cost(truth)
-  print(f"cheetah: {args.samples} controls, {len(data.starts)} windows of {args.window}, "
+  print(f"{args.model}: {args.samples} controls, {len(data.starts)} windows of {args.window}, "
         f"contacts in {contacts:.0%} of the steps; the guess: error {error(theta0):.1f}%, "
         f"the truth's cost {truth_cost:.4g} ({len(data.starts) * args.window * model.nq}"
         " residuals)", flush=True)
@@ -207,11 +218,12 @@ def main(argv: list[str]) -> None:
   toolbox = importlib.import_module("mujoco.sysid")
   if not args.skip_mujoco_sysid and hasattr(toolbox, "ParameterDict"):
     timing, (theta, done) = run_timed(fit_mujoco_sysid, spec, model, data, layout, theta0, low,
-                                      high, args.iterations)
+                                      high, args.iterations, args.model)
     row("mujoco.sysid (starts fixed)", theta, done, timing.cpu_s)
   sim.close()
-  write_result(args.out, "sysid_contacts", {
-    "machine": machine_info(argv), "samples": args.samples, "window": args.window,
+  write_result(args.out, f"sysid_contacts-{args.model}", {
+    "machine": machine_info(argv), "model": args.model, "samples": args.samples,
+    "window": args.window,
     "threads": args.threads, "seed": args.seed, "guess_error_percent": error(theta0),
     "truth_cost": truth_cost, "contact_share": contacts, "rows": rows})
 
