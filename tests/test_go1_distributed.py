@@ -94,7 +94,8 @@ def test_two_processes_average_every_update(tmp_path):
   assert all(np.all(np.isfinite(first[k])) for k in first.files)
 
   cli = outs["the example in 2 processes"]
-  assert "[0] Go1 joystick, Brax's PPO" in cli and "2 process(es), 2 device(s)" in cli, cli
+  assert "[0] Go1 joystick (full collisions), Brax's PPO" in cli, cli
+  assert "2 process(es), 2 device(s)" in cli, cli
   # Gloo's own connection log comes from every rank; the example's lines from process 0 alone.
   ours = [line for line in cli.splitlines() if "[Gloo]" not in line]
   assert not [line for line in ours if line.startswith("[1] ")], cli
