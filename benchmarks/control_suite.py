@@ -147,8 +147,9 @@ def _last(rows: np.ndarray, seconds: float, period: float) -> slice:
   return slice(max(len(rows) - round(seconds / period) - 1, 0), None)
 
 
-def _hanging(layout: Any, nstate: int, qpos: Sequence[float], noise: float,
-             rng: np.random.Generator, base: np.ndarray) -> np.ndarray:
+def _hanging(layout: Any, qpos: Sequence[float], noise: float, rng: np.random.Generator,
+             base: np.ndarray) -> np.ndarray:
+  """The row base with its qpos at qpos plus Gaussian noise of `noise` rad (a seeded start)."""
   row = np.array(base)
   row[layout.qpos] = np.asarray(qpos) + noise * rng.standard_normal(len(qpos))
   return row
@@ -206,7 +207,7 @@ def acrobot(qpos: tuple[float, float], noise: float):
       worst = float(gap[_last(rows, 3.0, period)].max())
       return worst < 0.2, {"worst_tip_gap_last_3s": worst}
 
-    return Setup(cost, lambda rng: _hanging(layout, len(base), qpos, noise, rng, base), solved)
+    return Setup(cost, lambda rng: _hanging(layout, qpos, noise, rng, base), solved)
 
   return setup
 
@@ -226,7 +227,7 @@ def pendulum_swingup(model, sim, period) -> Setup:
     worst = float(angle[_last(rows, 3.0, period)].max())
     return worst < 0.2, {"worst_angle_last_3s": worst}
 
-  return Setup(cost, lambda rng: _hanging(layout, len(base), [np.pi], 0.1, rng, base), solved)
+  return Setup(cost, lambda rng: _hanging(layout, [np.pi], 0.1, rng, base), solved)
 
 
 def cartpole(hinge: float, noise: float, whole: bool):
