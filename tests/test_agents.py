@@ -129,6 +129,10 @@ def test_refusals(env, tmp_path):
     ({"network": ["tanh"]}, "network must be a dict"),
     ({"checkpoint": 3}, "checkpoint must be a path"),
     ({"resume": 1, "checkpoint": tmp_path / "none.npz"}, "resume must be True or False"),
+    ({"task": ["feet"]}, "task must be a mapping of names to JSON values or None"),
+    ({"task": {1: "feet"}}, "task must be a mapping of names to JSON values or None"),
+    ({"task": {"friction": float("nan")}}, "task must hold JSON values"),
+    ({"task": {"model": object()}}, "task must hold JSON values"),
   ]
   for change, message in bad:
     with pytest.raises(ValueError, match=message):
