@@ -3,11 +3,12 @@
   python examples/g1_tracking.py [--frames 200] [--iterations 40] [--threads 0]
   python examples/g1_tracking.py --play      # replay the saved plan: metrics, plot, GIF
 
-The reference is a squat into a reach and a turn, built here by inverse kinematics with MuJoCo
-(damped least squares on mj_jacBody / mj_jacSubtreeCom) at each of 200 frames of 0.02 s, from
-five keyframes of task targets eased between: feet fixed, pelvis height and orientation, torso
-orientation, hand positions, centre of mass over the feet. The 29 actuators are position servos,
-so a control is a vector of joint targets; a knot is one frame (10 physics steps).
+The reference is a squat into a reach and a turn, built here by inverse kinematics
+(mjbatch_jax.motion.IK, weighted: one damped least squares over the tasks and a weak posture) at
+each of 200 frames of 0.02 s, from five keyframes of task targets eased between: feet fixed,
+pelvis height and orientation, torso orientation, hand positions, centre of mass over the feet.
+The 29 actuators are position servos, so a control is a vector of joint targets; a knot is one
+frame (10 physics steps).
 
 The cost tracks twelve bodies: position (the pelvis in the world, loose in x and y; the others
 relative to the pelvis's horizontal position) and orientation, each body's error quadratic up to
@@ -32,7 +33,7 @@ import mujoco  # noqa: E402
 import numpy as np  # noqa: E402
 
 import mjbatch_jax  # noqa: E402
-from mjbatch_jax import control, rotations  # noqa: E402
+from mjbatch_jax import control, motion, rotations  # noqa: E402
 
 CLIP_FRAMES, FRAME_DT = 200, 0.02
 TRACKED = ("pelvis", "torso_link", "left_knee_link", "right_knee_link", "left_ankle_roll_link",
@@ -73,51 +74,18 @@ def _yaw_pitch(yaw: float, pitch: float) -> np.ndarray:
                                        rotations.from_axis_angle(np.array([0.0, 1, 0]), pitch)))
 
 
-def _ik(model, data, qpos, targets, posture, iterations):
-  """Damped least squares on MuJoCo's Jacobians towards one frame's task targets."""
-  nv, jacp, jacr = model.nv, np.zeros((3, model.nv)), np.zeros((3, model.nv))
-  hinge = model.jnt_type != mujoco.mjtJoint.mjJNT_FREE
-  adr, limited, (lo, hi) = model.jnt_qposadr[hinge], model.jnt_limited[hinge] > 0, \
-    model.jnt_range[hinge].T
-  qpos = qpos.copy()
-
-  def rot_error(target, b):  # world-frame rotation vector taking body b to target
-    local = np.zeros(3)
-    mujoco.mju_subQuat(local, target, data.xquat[b])
-    return data.xmat[b].reshape(3, 3) @ local
-
-  for _ in range(iterations):
-    data.qpos[:] = qpos
-    mujoco.mj_kinematics(model, data)
-    mujoco.mj_comPos(model, data)
-    tasks = []  # (weight, Jacobian rows, error)
-    for foot in FEET:
-      b = model.body(foot).id
-      mujoco.mj_jacBody(model, data, jacp, jacr, b)
-      tasks += [(10.0, jacp.copy(), targets[foot][0] - data.xpos[b]),
-                (10.0, jacr.copy(), rot_error(targets[foot][1], b))]
-    for body, weight, key in (("pelvis", 3.0, "pelvis_quat"), ("torso_link", 1.0, "torso_quat")):
-      b = model.body(body).id
-      mujoco.mj_jacBody(model, data, jacp, jacr, b)
-      tasks.append((weight, jacr.copy(), rot_error(targets[key], b)))
-      if body == "pelvis":
-        tasks.append((5.0, jacp[2:].copy(), targets["pelvis_z"] - data.xpos[b, 2:]))
-    mujoco.mj_jacSubtreeCom(model, data, jacp, 1)  # the pelvis's subtree: the whole robot
-    tasks.append((5.0, jacp[:2].copy(), targets["com_xy"] - data.subtree_com[1, :2]))
-    for hand in HANDS:
-      if targets.get(hand) is not None:
-        mujoco.mj_jacBody(model, data, jacp, None, model.body(hand).id)
-        tasks.append((1.0, jacp.copy(), targets[hand] - data.body(hand).xpos))
-    tasks.append((0.05, np.eye(nv)[6:], posture[7:] - qpos[7:]))  # settles redundant joints
-    jac = np.concatenate([w * j for w, j, _ in tasks])
-    error = np.concatenate([w * e for w, _, e in tasks])
-    step = np.linalg.solve(jac.T @ jac + 1e-3 * np.eye(nv), jac.T @ error).astype(np.float64)
-    step *= min(1.0, 0.2 / max(float(np.linalg.norm(step)), 1e-12))  # a trust region
-    mujoco.mj_integratePos(model, qpos, step, 1.0)
-    qpos[adr] = np.where(limited, np.clip(qpos[adr], lo, hi), qpos[adr])
-    if np.linalg.norm(step) < 1e-9:
-      break
-  return qpos
+def _tasks(targets: dict) -> list[motion.Task]:
+  """One frame's IK tasks, strongest first: feet, pelvis, torso, centre of mass, hands."""
+  tasks = []
+  for foot in FEET:
+    tasks += [motion.BodyPosition(foot, targets[foot][0], 10.0),
+              motion.BodyOrientation(foot, targets[foot][1], 10.0)]
+  tasks += [motion.BodyOrientation("pelvis", targets["pelvis_quat"], 3.0),
+            motion.BodyPosition("pelvis", targets["pelvis_z"], 5.0, axes=(2,)),
+            motion.BodyOrientation("torso_link", targets["torso_quat"], 1.0),
+            # The pelvis's subtree: the whole robot.
+            motion.CentreOfMass(targets["com_xy"], 5.0, axes=(0, 1), body="pelvis")]
+  return tasks + [motion.BodyPosition(h, targets[h]) for h in HANDS if targets.get(h) is not None]
 
 
 def reference(model: mujoco.MjModel, frames: int) -> dict[str, np.ndarray]:
@@ -141,12 +109,12 @@ def reference(model: mujoco.MjModel, frames: int) -> dict[str, np.ndarray]:
             "torso_quat": _yaw_pitch(torso_yaw, torso_pitch), "com_xy": com_xy,
             **{h: hands[h] if p is None else turn @ p for h, p in zip(HANDS, held, strict=True)}}
 
-  qpos = _ik(model, data, posture, targets(KEYFRAMES[0], dict.fromkeys(HANDS)), posture, 500)
+  ik = motion.IK(model, posture)  # weighted: the posture a weak task (weight 0.05)
+  qpos = ik.solve(posture, _tasks(targets(KEYFRAMES[0], dict.fromkeys(HANDS))), 500).qpos
   data.qpos[:] = qpos
   mujoco.mj_kinematics(model, data)
   keys = [targets(k, {h: data.body(h).xpos.copy() for h in HANDS}) for k in KEYFRAMES]
-  times, ids = [k[0] for k in KEYFRAMES], [model.body(n).id for n in TRACKED]
-  out = {"qpos": [], "xpos": [], "xquat": []}
+  times, frames_qpos = [k[0] for k in KEYFRAMES], []
   for i in range(frames):
     t = i * FRAME_DT
     k = min(int(np.searchsorted(times, t, side="right")) - 1, len(keys) - 2)
@@ -156,12 +124,10 @@ def reference(model: mujoco.MjModel, frames: int) -> dict[str, np.ndarray]:
               for n, v in keys[k].items()}
     for n in ("pelvis_quat", "torso_quat"):
       target[n] = np.asarray(target[n]) / np.linalg.norm(target[n])
-    qpos = _ik(model, data, qpos, target, posture, 200 if i == 0 else 50)
-    data.qpos[:] = qpos
-    mujoco.mj_kinematics(model, data)
-    for name, value in (("qpos", qpos), ("xpos", data.xpos[ids]), ("xquat", data.xquat[ids])):
-      out[name].append(value.copy())
-  return {k: np.array(v) for k, v in out.items()}
+    qpos = ik.solve(qpos, _tasks(target), 200 if i == 0 else 50).qpos
+    frames_qpos.append(qpos)
+  xpos, xquat = motion.body_poses(model, frames_qpos, TRACKED)
+  return {"qpos": np.array(frames_qpos), "xpos": xpos, "xquat": xquat}
 
 
 # -- the cost ------------------------------------------------------------------------------------

@@ -18,6 +18,7 @@ UPPER = {
   "distributed": set(),
   "envs": set(),
   "agents": {"envs"},
+  "motion": set(),
 }
 
 

@@ -1,0 +1,397 @@
+"""mjbatch_jax.motion: inverse kinematics, feasibility, clips and floor-contact sensors."""
+
+import json
+
+import mujoco
+import numpy as np
+import pytest
+
+from mjbatch_jax import archive, motion
+from mjbatch_jax.motion.ik import MODES
+from tests.models import G1, robot
+
+# A fixed-base arm: a shoulder (yaw, pitch), an elbow and a wrist, all limited; the hand is
+# redundant for a position target (four joints, three coordinates).
+ARM_XML = """
+<mujoco>
+  <compiler angle="radian"/>
+  <worldbody>
+    <geom name="floor" type="plane" size="2 2 0.1"/>
+    <body name="upper" pos="0 0 0.5">
+      <joint name="yaw" axis="0 0 1" range="-2 2"/>
+      <joint name="pitch" axis="0 1 0" range="-2 2"/>
+      <geom type="capsule" fromto="0 0 0 0.3 0 0" size="0.03"/>
+      <body name="fore" pos="0.3 0 0">
+        <joint name="elbow" axis="0 1 0" range="-2.5 0.1"/>
+        <geom type="capsule" fromto="0 0 0 0.25 0 0" size="0.025"/>
+        <body name="hand" pos="0.25 0 0">
+          <joint name="wrist" axis="0 1 0" range="-1 1"/>
+          <geom type="box" size="0.05 0.02 0.01" pos="0.05 0 0"/>
+        </body>
+      </body>
+    </body>
+  </worldbody>
+</mujoco>
+"""
+
+# A floating two-body robot with two feet, for sensors and the clip's other-model refusal.
+BIPED_XML = """
+<mujoco>
+  <compiler angle="radian"/>
+  <worldbody>
+    <geom name="floor" type="plane" size="2 2 0.1"/>
+    <body name="torso" pos="0 0 0.3">
+      <freejoint name="root"/>
+      <geom type="box" size="0.1 0.1 0.05" mass="2"/>
+      <body name="left_foot" pos="0 0.08 -0.2">
+        <joint name="left_hip" pos="0 0 0.2" axis="0 1 0" range="-1 1"/>
+        <geom type="box" size="0.06 0.03 0.01" mass="0.2"/>
+      </body>
+      <body name="right_foot" pos="0 -0.08 -0.2">
+        <joint name="right_hip" pos="0 0 0.2" axis="0 1 0" range="-1 1"/>
+        <geom type="box" size="0.06 0.03 0.01" mass="0.2"/>
+      </body>
+    </body>
+  </worldbody>
+  <actuator>
+    <position joint="left_hip" kp="50" ctrlrange="-1 1"/>
+    <position joint="right_hip" kp="50" ctrlrange="-1 1"/>
+  </actuator>
+</mujoco>
+"""
+
+
+@pytest.fixture(scope="module")
+def arm():
+  return mujoco.MjModel.from_xml_string(ARM_XML)
+
+
+@pytest.fixture(scope="module")
+def g1():
+  return mujoco.MjModel.from_xml_path(str(robot(G1)))
+
+
+def hand_at(model, qpos, body="hand"):
+  data = mujoco.MjData(model)
+  data.qpos[:] = qpos
+  mujoco.mj_kinematics(model, data)
+  return data.xpos[model.body(body).id].copy()
+
+
+# ---------------------------------------------------------------------------------------- IK
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_ik_reaches_an_arm_target(arm, mode):
+  target = hand_at(arm, [0.4, -0.5, -1.0, 0.3])  # reachable: a pose within the limits made it
+  ik = motion.IK(arm, mode=mode, posture_weight=0.0)
+  solution = ik.solve(arm.qpos0, [motion.BodyPosition("hand", target)], iterations=200)
+  assert np.linalg.norm(hand_at(arm, solution.qpos) - target) < 1e-6
+  assert solution.error < 1e-5 and 0 < solution.iterations <= 200
+
+
+def test_null_space_posture_leaves_the_task_alone(arm):
+  target = hand_at(arm, [0.4, -0.5, -1.0, 0.3])
+  task = [motion.BodyPosition("hand", target)]
+  poses = []
+  for wrist in (-0.6, 0.6):  # two postures, two of the many poses that reach the target
+    ik = motion.IK(arm, [0.0, 0.0, -1.0, wrist], mode="null_space")
+    qpos = ik.solve(arm.qpos0, task, iterations=300).qpos
+    assert np.linalg.norm(hand_at(arm, qpos) - target) < 1e-9
+    poses.append(qpos)
+  assert abs(poses[0][3] - poses[1][3]) > 0.3  # the posture chose the wrist
+  # A weighted posture, by contrast, pulls the task off its target.
+  ik = motion.IK(arm, [0.0, 0.0, -1.0, 0.6], posture_weight=0.5)
+  qpos = ik.solve(arm.qpos0, task, iterations=300).qpos
+  assert np.linalg.norm(hand_at(arm, qpos) - target) > 1e-4
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_ik_keeps_joints_within_their_limits(arm, mode):
+  lo, hi = arm.jnt_range.T
+  ik = motion.IK(arm, mode=mode)
+  # Out of reach, behind and below the shoulder: the elbow ends at a limit, others short of it.
+  reach = ik.solve(arm.qpos0, [motion.BodyPosition("hand", [-0.4, 0.0, 0.1])], 100).qpos
+  assert np.all(reach >= lo) and np.all(reach <= hi)
+  assert np.any((reach == lo) | (reach == hi))
+  wrist = ik.solve(arm.qpos0, [motion.JointAngles({"wrist": 3.0})], 100).qpos
+  assert wrist[3] == hi[3]  # asked past its limit, it stops at it
+
+
+def test_joint_angles_and_orientation_tasks(arm):
+  # A yaw then a pitch: an orientation the arm's joints can give.
+  yaw, pitch, quat = np.zeros(4), np.zeros(4), np.zeros(4)
+  mujoco.mju_axisAngle2Quat(yaw, np.array([0.0, 0.0, 1.0]), 0.2)
+  mujoco.mju_axisAngle2Quat(pitch, np.array([0.0, 1.0, 0.0]), -0.7)
+  mujoco.mju_mulQuat(quat, yaw, pitch)
+  tasks = [motion.BodyOrientation("hand", quat), motion.JointAngles({"pitch": -0.3})]
+  solution = motion.IK(arm, mode="null_space").solve(arm.qpos0, tasks, iterations=100)
+  data = mujoco.MjData(arm)
+  data.qpos[:] = solution.qpos
+  mujoco.mj_kinematics(arm, data)
+  error = np.zeros(3)
+  mujoco.mju_subQuat(error, quat, data.xquat[arm.body("hand").id])
+  assert np.linalg.norm(error) < 1e-8 and abs(solution.qpos[1] + 0.3) < 1e-9
+  assert solution.error == 0.0  # no position task
+
+
+def test_ik_holds_the_root_when_asked():
+  model = mujoco.MjModel.from_xml_string(BIPED_XML)
+  qpos = model.qpos0.copy()
+  qpos[:7] = (0.1, 0.2, 0.4, np.cos(0.2), 0.0, np.sin(0.2), 0.0)
+  target = hand_at(model, np.r_[qpos[:7], 0.5, 0.0], "left_foot")
+  ik = motion.IK(model, mode="null_space")
+  held = ik.solve(qpos, [motion.BodyPosition("left_foot", target, axes=(0, 2))], 50,
+                  free_root=False).qpos
+  assert np.array_equal(held[:7], qpos[:7]) and abs(held[7] - 0.5) < 1e-8
+  moved = ik.solve(qpos, [motion.BodyPosition("left_foot", target + 0.05)], 50).qpos
+  assert not np.array_equal(moved[:7], qpos[:7])
+
+
+def test_ik_on_the_g1_places_a_foot_and_the_centre_of_mass(g1):
+  data = mujoco.MjData(g1)
+  data.qpos[:] = g1.key_qpos[0]
+  mujoco.mj_kinematics(g1, data)
+  mujoco.mj_comPos(g1, data)
+  left, right = g1.body("left_ankle_roll_link").id, g1.body("right_ankle_roll_link").id
+  foot = data.xpos[left] + [0.05, 0.0, 0.04]  # the left foot forward and up
+  com = data.subtree_com[0] + [0.0, -0.03, -0.05]  # over the right foot, lower
+  posture = g1.key_qpos[0].copy()
+  for side in ("left", "right"):  # knees bent: the straight keyframe is singular
+    posture[g1.joint(f"{side}_knee_joint").qposadr[0]] = 0.6
+  tasks = [motion.BodyPosition("left_ankle_roll_link", foot),
+           motion.BodyOrientation("left_ankle_roll_link", data.xquat[left].copy()),
+           motion.BodyPosition("right_ankle_roll_link", data.xpos[right].copy()),
+           motion.BodyOrientation("right_ankle_roll_link", data.xquat[right].copy()),
+           motion.CentreOfMass(com)]
+  solution = motion.IK(g1, posture, mode="null_space").solve(g1.key_qpos[0], tasks, 100)
+  data.qpos[:] = solution.qpos
+  mujoco.mj_kinematics(g1, data)
+  mujoco.mj_comPos(g1, data)
+  assert np.linalg.norm(data.xpos[left] - foot) < 1e-6
+  assert np.linalg.norm(data.subtree_com[0] - com) < 1e-6
+  lo, hi = g1.jnt_range[1:].T
+  assert np.all(solution.qpos[7:] >= lo) and np.all(solution.qpos[7:] <= hi)
+
+
+def test_ik_refuses_bad_tasks(arm):
+  ik = motion.IK(arm)
+  with pytest.raises(ValueError, match=r"no body named 'hnd' \(did you mean 'hand'"):
+    ik.solve(arm.qpos0, [motion.BodyPosition("hnd", [0, 0, 0])])
+  with pytest.raises(ValueError, match=r"no joint named 'elbo' \(did you mean 'elbow'"):
+    ik.solve(arm.qpos0, [motion.JointAngles({"elbo": 0.0})])
+  with pytest.raises(ValueError, match="tasks must hold at least one task"):
+    ik.solve(arm.qpos0, [])
+  with pytest.raises(ValueError, match="tasks must be BodyPosition"):
+    ik.solve(arm.qpos0, [("hand", [0, 0, 0])])  # pyright: ignore[reportArgumentType]
+  with pytest.raises(ValueError, match=r"qpos must have shape \(4,\)"):
+    ik.solve(np.zeros(5), [motion.BodyPosition("hand", [0, 0, 0])])
+  with pytest.raises(ValueError, match="qpos must be finite"):
+    ik.solve([0, np.nan, 0, 0], [motion.BodyPosition("hand", [0, 0, 0])])
+  with pytest.raises(ValueError, match="iterations must be an int >= 0"):
+    ik.solve(arm.qpos0, [motion.BodyPosition("hand", [0, 0, 0])], iterations=-1)
+  with pytest.raises(ValueError, match="BodyPosition target must be finite"):
+    motion.BodyPosition("hand", [0, np.inf, 0])
+  with pytest.raises(ValueError, match=r"shape \(3,\) or \(1,\)"):
+    motion.BodyPosition("hand", [0, 0], axes=(2,))
+  with pytest.raises(ValueError, match="each of its axes in 0..2 once"):
+    motion.CentreOfMass([0, 0, 0], axes=(0, 0))
+  with pytest.raises(ValueError, match="BodyPosition axis must be an int in"):
+    motion.BodyPosition("hand", [0, 0, 0], axes=(3,))
+  with pytest.raises(ValueError, match="BodyPosition weight must be a finite number >= 0"):
+    motion.BodyPosition("hand", [0, 0, 0], weight=-1.0)
+  with pytest.raises(ValueError, match="unit quaternion"):
+    motion.BodyOrientation("hand", [2.0, 0, 0, 0])
+  with pytest.raises(ValueError, match="mode must be one of"):
+    motion.IK(arm, mode="priority")
+  with pytest.raises(ValueError, match="trust_region must be"):
+    motion.IK(arm, trust_region=0.0)
+  with pytest.raises(ValueError, match="not a hinge or a slide"):
+    motion.IK(mujoco.MjModel.from_xml_string(BIPED_XML)).solve(
+      np.r_[0, 0, 0.3, 1, 0, 0, 0, 0, 0], [motion.JointAngles({"root": 0.0})])
+
+
+# ------------------------------------------------------------------------------ feasibility
+
+
+G1_SOLE = motion.Sole(x=(-0.05, 0.12), half_width=0.025, z=-0.035)
+G1_FEET = ["left_ankle_roll_link", "right_ankle_roll_link"]
+
+
+def test_feasibility_of_the_g1_standing_at_rest(g1):
+  qpos = np.tile(g1.key_qpos[0], (2, 1))
+  zeros = np.zeros((2, g1.nv))
+  result = motion.feasibility(g1, qpos, zeros, zeros, np.ones(2, bool), G1_FEET, G1_SOLE)
+  weight = float(np.sum(g1.body_mass)) * -g1.opt.gravity[2]
+  total = result.force.sum(axis=1)
+  assert np.all(np.abs(total[:, 2] - weight) <= 1e-6 * weight)
+  assert np.all(np.abs(total[:, :2]) <= 1e-6 * weight)
+  assert np.all(result.force[..., 2] > 0.3 * weight)  # both feet carry it
+  assert np.all(result.torque_ratio < 1.0) and result.worst["torque"][0] < 1.0
+  heel, toe = G1_SOLE.x
+  assert np.all((result.cop[..., 0] > heel) & (result.cop[..., 0] < toe))
+  assert np.all(np.abs(result.cop[..., 1]) < G1_SOLE.half_width)
+  assert result.ok and result.flight_wrench == 0.0
+  # The servo targets that hold the pose are the pose plus the sag that gravity asks.
+  kp = g1.actuator_gainprm[:, 0]
+  assert np.allclose(result.servo, qpos[:, 7:] + result.torque / kp)
+  assert np.array_equal(result.peak_ratio(np.array([True, False])), result.torque_ratio)
+
+
+def test_feasibility_in_flight_and_per_body_contact():
+  model = mujoco.MjModel.from_xml_string(BIPED_XML)
+  sole = motion.Sole((-0.06, 0.06), 0.03, z=-0.01)
+  qpos = np.tile(model.qpos0, (3, 1))
+  qacc = np.zeros((3, model.nv))
+  qacc[0, 2] = model.opt.gravity[2]  # frame 0 falls freely: nothing is left unexplained
+  contact = np.array([[False, False], [True, False], [True, True]])
+  result = motion.feasibility(model, qpos, np.zeros_like(qacc), qacc, contact,
+                              ["left_foot", "right_foot"], sole)
+  assert result.flight_wrench < 1e-9
+  weight = float(np.sum(model.body_mass)) * -model.opt.gravity[2]
+  assert np.allclose(result.force[1, 0, 2], weight) and np.all(result.force[1, 1] == 0)
+  assert np.allclose(result.force[2, :, 2].sum(), weight)
+  # Standing on the left foot alone puts the centre of pressure off its sole's side.
+  assert result.worst["cop side m"][0] > sole.half_width and not result.ok
+
+
+def test_feasibility_refusals(arm):
+  model = mujoco.MjModel.from_xml_string(BIPED_XML)
+  sole = motion.Sole((-0.06, 0.06), 0.03)
+  q, z, c = np.tile(model.qpos0, (2, 1)), np.zeros((2, model.nv)), np.ones(2, bool)
+  with pytest.raises(ValueError, match="contact_bodies must name at least one body"):
+    motion.feasibility(model, q, z, z, c, [], sole)
+  with pytest.raises(ValueError, match=r"qvel must have shape \(2, 8\)"):
+    motion.feasibility(model, q, z[:1], z, c, ["left_foot"], sole)
+  with pytest.raises(ValueError, match="qacc must be finite"):
+    motion.feasibility(model, q, z, z + np.nan, c, ["left_foot"], sole)
+  with pytest.raises(ValueError, match=r"contact must be booleans of shape \(2,\) or \(2, 1\)"):
+    motion.feasibility(model, q, z, z, np.ones(3, bool), ["left_foot"], sole)
+  with pytest.raises(ValueError, match=r"no body named 'left_fot' \(did you mean 'left_foot'"):
+    motion.feasibility(model, q, z, z, c, ["left_fot"], sole)
+  with pytest.raises(ValueError, match="sole must be a Sole or 2 of them"):
+    motion.feasibility(model, q, z, z, c, ["left_foot", "right_foot"], [sole])
+  with pytest.raises(ValueError, match="one free root joint"):
+    motion.feasibility(arm, np.zeros((2, 4)), np.zeros((2, 4)), np.zeros((2, 4)), c, ["hand"],
+                       sole)
+  with pytest.raises(ValueError, match="heel < toe"):
+    motion.Sole((0.1, -0.1), 0.03)
+  with pytest.raises(ValueError, match="friction must be"):
+    motion.feasibility(model, q, z, z, c, ["left_foot"], sole, friction=0.0)
+
+
+# -------------------------------------------------------------------------------------- clip
+
+
+def test_clip_round_trip(arm, tmp_path):
+  qpos = np.linspace([0.0, 0.0, -1.0, 0.0], [0.5, -0.4, -0.5, 0.2], 6)
+  qvel = np.gradient(qpos, 0.02, axis=0)
+  contact = np.zeros((6, 2), bool)
+  contact[2:, 1] = True
+  clip = motion.make(arm, qpos, 0.02, ["hand", "fore"], qvel=qvel, contact=contact,
+                     metadata={"name": "wave", "keyframes": [0.0, 0.1]})
+  xpos, xquat = motion.body_poses(arm, qpos, ["hand", "fore"])
+  assert np.array_equal(clip.xpos, xpos) and np.array_equal(clip.xquat, xquat)
+  assert np.array_equal(clip.xpos[3, 0], hand_at(arm, qpos[3]))
+  path = motion.save(tmp_path / "wave.npz", clip, arm)
+  loaded = motion.load(path, arm)
+  assert loaded.dt == 0.02 and loaded.bodies == ("hand", "fore") and loaded.frames == 6
+  for name in ("qpos", "xpos", "xquat", "qvel", "contact"):
+    assert np.array_equal(getattr(loaded, name), getattr(clip, name)), name
+  assert loaded.metadata == {"name": "wave", "keyframes": [0.0, 0.1]}
+  bare = motion.load(motion.save(tmp_path / "bare.npz", motion.make(arm, qpos, 0.1), arm), arm)
+  assert bare.qvel is None and bare.contact is None and bare.xpos.shape == (6, 0, 3)
+  # Sensors and masses are not the clip's business: the fingerprint is the kinematic tree's.
+  heavier = mujoco.MjModel.from_xml_string(ARM_XML.replace('size="0.03"', 'size="0.05"'))
+  assert motion.fingerprint(heavier) == motion.fingerprint(arm)
+
+
+def test_clip_refusals(arm, tmp_path):
+  clip = motion.make(arm, np.zeros((3, 4)), 0.02, ["hand"])
+  path = motion.save(tmp_path / "clip.npz", clip, arm)
+  longer = mujoco.MjModel.from_xml_string(ARM_XML.replace('pos="0.25 0 0"', 'pos="0.3 0 0"'))
+  with pytest.raises(ValueError, match="a clip of another model"):
+    motion.load(path, longer)
+  arrays, header = archive.read(path)
+  archive.write(tmp_path / "v2.npz", arrays, {**header, "version": 2})
+  with pytest.raises(ValueError, match="format version 2; this version reads version 1"):
+    motion.load(tmp_path / "v2.npz", arm)
+  archive.write(tmp_path / "partial.npz", {"qpos": arrays["qpos"]}, header)
+  with pytest.raises(ValueError, match="missing xpos, xquat"):
+    motion.load(tmp_path / "partial.npz", arm)
+  archive.write(tmp_path / "other.npz", arrays, {"kind": "plan"})
+  with pytest.raises(ValueError, match="is not a motion clip"):
+    motion.load(tmp_path / "other.npz", arm)
+  arrays["xpos"] = arrays["xpos"][:2]
+  archive.write(tmp_path / "short.npz", arrays, header)
+  with pytest.raises(ValueError, match=r"short.npz: xpos must have shape \(3, 1, 3\)"):
+    motion.load(tmp_path / "short.npz", arm)
+  with pytest.raises(ValueError, match="no file"):
+    motion.load(tmp_path / "none.npz", arm)
+  with pytest.raises(ValueError, match=r"qpos must have shape \(any, 4\)"):
+    motion.make(arm, np.zeros((3, 5)), 0.02)
+  with pytest.raises(ValueError, match="dt must be a finite number > 0"):
+    motion.make(arm, np.zeros((3, 4)), 0.0)
+  with pytest.raises(ValueError, match="contact must be booleans with 3 rows"):
+    motion.make(arm, np.zeros((3, 4)), 0.02, contact=np.ones(2, bool))
+  with pytest.raises(ValueError, match=r"no body named 'hands' \(did you mean 'hand'"):
+    motion.make(arm, np.zeros((3, 4)), 0.02, ["hands"])
+  with pytest.raises(ValueError, match="metadata must be a mapping"):
+    motion.make(arm, np.zeros((3, 4)), 0.02, metadata=[1])  # pyright: ignore[reportArgumentType]
+  assert json.loads(json.dumps(header))["model"] == motion.fingerprint(arm)
+
+
+# ----------------------------------------------------------------------------------- sensors
+
+
+def test_floor_contact_sensors_count_contacts_and_leave_the_physics_alone():
+  spec = mujoco.MjSpec.from_string(BIPED_XML)
+  names = motion.floor_contact_sensors(spec, {"left": "left_foot", "right": "right_foot"},
+                                       robot="torso")
+  assert names == ("floor contact left", "floor contact right", "floor contact robot")
+  sensed, plain = spec.compile(), mujoco.MjModel.from_xml_string(BIPED_XML)
+  assert sensed.nsensor == 3 and plain.nsensor == 0
+  runs = []
+  for model in (sensed, plain):
+    data = mujoco.MjData(model)
+    data.qpos[2] = 0.35  # dropped onto its feet
+    data.qvel[4] = 0.5  # pitching: the feet land one after the other
+    trace = []
+    for _ in range(300):
+      mujoco.mj_step(model, data)
+      trace.append(np.r_[data.qpos, data.qvel])
+    runs.append((np.array(trace), data))
+  assert np.array_equal(runs[0][0], runs[1][0])  # bit for bit
+  data = runs[0][1]
+  counts = [data.sensordata[sensed.sensor(n).adr[0]] for n in names]
+  found = [sum(1 for c in data.contact[:data.ncon] if sensed.geom_bodyid[c.geom[1]] == b
+               or sensed.geom_bodyid[c.geom[0]] == b) for b in (2, 3)]
+  assert counts[0] == found[0] > 0 and counts[1] == found[1] > 0
+  assert counts[2] == data.ncon == counts[0] + counts[1]
+
+
+def test_floor_contact_sensors_refusals():
+  spec = mujoco.MjSpec.from_string(BIPED_XML)
+  with pytest.raises(ValueError, match=r"no body named 'left_fot' \(did you mean 'left_foot'"):
+    motion.floor_contact_sensors(spec, ["left_fot"])
+  with pytest.raises(ValueError, match=r"no geom named 'ground'"):
+    motion.floor_contact_sensors(spec, ["left_foot"], floor="ground")
+  with pytest.raises(ValueError, match="must name at least one body"):
+    motion.floor_contact_sensors(spec, [])
+  motion.floor_contact_sensors(spec, ["left_foot"])
+  with pytest.raises(ValueError, match="already in the spec"):
+    motion.floor_contact_sensors(spec, ["left_foot"])
+  with pytest.raises(ValueError, match="spec must be a mujoco.MjSpec"):
+    motion.floor_contact_sensors(BIPED_XML, ["left_foot"])  # pyright: ignore[reportArgumentType]
+
+
+def test_g1_floor_contact_sensors_see_the_feet(g1):
+  spec = mujoco.MjSpec.from_file(str(G1))
+  feet = {"left foot": G1_FEET[0], "right foot": G1_FEET[1]}
+  names = motion.floor_contact_sensors(spec, feet, robot="pelvis")
+  model = spec.compile()
+  data = mujoco.MjData(model)
+  mujoco.mj_resetDataKeyframe(model, data, 0)
+  mujoco.mj_forward(model, data)
+  left, right, whole = (data.sensordata[model.sensor(n).adr[0]] for n in names)
+  assert left > 0 and right > 0 and whole == left + right == data.ncon
