@@ -9,8 +9,8 @@ A design is 12 numbers in [0, 1]: the upper link's share of the reach, both gear
 knots per motor over 0.65 s, the release time. A candidate is a row of params with set_const=True
 (lengths, masses, inertias, gears, armature), never a recompile: it equals its compiled MjModel
 bit for bit (tests/test_examples.py checks). A population is two rollout calls (the throw; the
-ball's flight from each release); --restarts CEM searches (control.gaussian_samples, cem_update)
-run side by side in those calls.
+ball's flight from each release); --restarts CEM searches (control.cem_search) run side by side in
+those calls.
 """
 
 import os
@@ -235,42 +235,21 @@ def hand_designs() -> np.ndarray:
 
 
 def search(thrower, start, population, iterations, seed, restarts):
-  """`restarts` CEM searches from start, side by side in the same calls; each keeps its own key,
-  elite and best-so-far (row 0 of its population: evaluations are deterministic)."""
-  num_elites = max(2, population // 10)
+  """`restarts` CEM searches from start, side by side in the same calls (control.cem_search);
+  each keeps its own key, elite and best-so-far (row 0 of its population: evaluations are
+  deterministic). The longest throw is sought: a NaN distance counts as the shortest."""
 
-  def one(key, mean, std, best, best_value):
-    key, sub = jax.random.split(key)
-    u = control.gaussian_samples(sub, mean, std, population, 0.0, 1.0).at[0].set(best)
-    return key, u
+  def log(step):
+    if (step.iteration + 1) % 5 == 0 or step.iteration + 1 == iterations:
+      print(f"iteration {step.iteration + 1:3d}: best {step.best_value:.3f} m, population mean "
+            f"{step.mean_value:.3f} m; best of each search "
+            f"{' '.join(f'{v:.3f}' for v in step.best_values)}")
 
-  def update(mean, std, best, best_value, distance, u):
-    mean, std = control.cem_update(mean, std, u, -distance, num_elites, SMOOTHING, 1e-3)
-    top = jnp.argmax(distance)
-    better = distance[top] > best_value
-    return mean, std, jnp.where(better, u[top], best), jnp.where(better, distance[top], best_value)
-
-  @jax.jit
-  def iteration(key, mean, std, best, best_value):
-    key, u = jax.vmap(one)(key, mean, std, best, best_value)
-    distance, _ = thrower._evaluate(u.reshape(restarts * population, DIM))
-    distance = jnp.nan_to_num(distance, nan=-jnp.inf).reshape(restarts, population)
-    return key, *jax.vmap(update)(mean, std, best, best_value, distance, u), distance.mean()
-
-  mean = jnp.asarray(np.tile(start, (restarts, 1)), dtype=np.float64)
-  carry = (jax.random.split(jax.random.PRNGKey(seed), restarts), mean,
-           jnp.full((restarts, DIM), SPREAD), mean, jnp.full(restarts, -jnp.inf))
-  bests, means, watch = [], [], common.Stopwatch()
-  for i in range(iterations):
-    with watch():
-      *carry, average = jax.block_until_ready(iteration(*carry))
-    bests.append(float(jnp.max(carry[4])))
-    means.append(float(average))
-    if (i + 1) % 5 == 0 or i + 1 == iterations:
-      print(f"iteration {i + 1:3d}: best {bests[-1]:.3f} m, population mean {means[-1]:.3f} m; "
-            f"best of each search {' '.join(f'{v:.3f}' for v in np.asarray(carry[4]))}")
-  winner = int(jnp.argmax(carry[4]))
-  return np.asarray(carry[3][winner]), np.asarray(carry[4]), bests, means, watch.wall
+  return control.cem_search(
+    lambda u, _: thrower._evaluate(u)[0], start, SPREAD, key=jax.random.PRNGKey(seed),
+    iterations=iterations, num_samples=population, num_elites=max(2, population // 10),
+    restarts=restarts, lower=0.0, upper=1.0, smoothing=SMOOTHING, std_min=1e-3, maximize=True,
+    log=log)
 
 
 # -- solve and play -------------------------------------------------------------------------------
@@ -298,21 +277,24 @@ def solve(args, version: str) -> dict:
                        / (RELEASE_RANGE[1] - RELEASE_RANGE[0]), 0.0, 1.0)
     hand_distance = float(thrower.evaluate(jnp.asarray(hand)[None])[0][0])
     print(f"best of {len(hands)} hand designs: {hand_distance:.3f} m ({describe(hand)})")
-    design, searches, bests, means, search_seconds = search(
-      thrower, hand, args.population, args.iterations, args.seed, args.restarts)
+    search_watch = common.Stopwatch()
+    with search_watch():
+      result = search(thrower, hand, args.population, args.iterations, args.seed, args.restarts)
+  searches, design = np.asarray(result.best_value_per_restart), np.asarray(result.best)
   best = float(searches.max())
   print(f"the {args.restarts} searches ended at {', '.join(f'{v:.3f}' for v in searches)} m: "
         f"the best is kept\noptimised design: {best:.3f} m ({describe(design)})\nthrow distance: "
         f"best hand design {hand_distance:.2f} m -> optimised {best:.2f} m "
         f"({100 * (best / hand_distance - 1):+.0f}%)")
-  print(f"wall time {watch.wall:.1f} s in all, of which the search {search_seconds:.1f} s "
+  print(f"wall time {watch.wall:.1f} s in all, of which the search {search_watch.wall:.1f} s "
         "(its first iteration compiles)")
   summary = {"hand_distance": hand_distance, "distance": best, "searches": searches,
              "population": args.population, "iterations": args.iterations,
              "restarts": args.restarts, "seconds": watch.wall}
-  common.save_result(args.out, "arm_throw", {"design": design, "hand_design": hand,
-                                             "best_per_iteration": bests,
-                                             "mean_per_iteration": means}, summary, version)
+  history = {"best_per_iteration": np.asarray(result.best_value_per_iteration),
+             "mean_per_iteration": np.asarray(result.mean_value_per_iteration)}
+  common.save_result(args.out, "arm_throw", {"design": design, "hand_design": hand, **history},
+                     summary, version)
   print(f"saved to {args.out}")
   thrower.sim.close()
   return summary
