@@ -19,7 +19,7 @@ from mjbatch_jax.layout import StateLayout
 from mjbatch_jax.names import JointSlices, Names
 
 if TYPE_CHECKING:
-  from mjbatch_jax import control, distributed, envs, launch, motion, rotations, sysid
+  from mjbatch_jax import control, distributed, ensemble, envs, launch, motion, rotations, sysid
   from mjbatch_jax.derivatives import param_fd, transition_fd
   from mjbatch_jax.functions import NWARNING, forward, rollout, simulation_errors, step
   from mjbatch_jax.gradcheck import check_grads
@@ -46,7 +46,8 @@ _LAZY = {
 
 
 # Submodules reached as attributes (mjbatch_jax.distributed) without importing them up front.
-_SUBMODULES = ("control", "distributed", "envs", "launch", "motion", "rotations", "sysid")
+_SUBMODULES = ("control", "distributed", "ensemble", "envs", "launch", "motion", "rotations",
+               "sysid")
 
 
 def __getattr__(name: str) -> Any:
@@ -84,6 +85,7 @@ __all__ = [
   "check_grads",
   "control",
   "distributed",
+  "ensemble",
   "envs",
   "forward",
   "launch",

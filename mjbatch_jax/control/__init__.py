@@ -16,6 +16,7 @@ from typing import Any
 
 from mjbatch_jax.control import splines
 from mjbatch_jax.control.cost import NORMS, Cost, Term, norm
+from mjbatch_jax.control.guard import EnsembleGuard, ensemble_guard
 from mjbatch_jax.control.ilqr import ILQR_STOPS, ILQRResult, ILQRSettings, ilqr, ilqr_gains, shift
 from mjbatch_jax.control.mpc import ILQRPlan, StepInfo, ilqr_planner, receding_horizon
 from mjbatch_jax.control.qp import box_qp
@@ -34,6 +35,7 @@ from mjbatch_jax.control.sampling import (
   mppi_update,
   sampling,
 )
+from mjbatch_jax.control.search import CEMIteration, CEMSearchResult, cem_search
 
 
 def __getattr__(name: str) -> Any:
@@ -48,8 +50,11 @@ __all__ = [
   "METHODS",
   "NORMS",
   "SETTINGS",
+  "CEMIteration",
+  "CEMSearchResult",
   "CEMSettings",
   "Cost",
+  "EnsembleGuard",
   "ILQR_STOPS",
   "ILQRPlan",
   "ILQRResult",
@@ -63,7 +68,9 @@ __all__ = [
   "StepInfo",
   "Term",
   "box_qp",
+  "cem_search",
   "cem_update",
+  "ensemble_guard",
   "gaussian_samples",
   "ilqr",
   "ilqr_gains",
