@@ -16,10 +16,12 @@ from typing import Any
 
 from mjbatch_jax.control import splines
 from mjbatch_jax.control.cost import NORMS, Cost, Term, norm
+from mjbatch_jax.control.fleet import FleetRun, choose_tail, receding_horizon_fleet, with_tail
 from mjbatch_jax.control.guard import EnsembleGuard, ensemble_guard
 from mjbatch_jax.control.ilqr import ILQR_STOPS, ILQRResult, ILQRSettings, ilqr, ilqr_gains, shift
 from mjbatch_jax.control.mpc import ILQRPlan, StepInfo, ilqr_planner, receding_horizon
 from mjbatch_jax.control.qp import box_qp
+from mjbatch_jax.control.replay import closed_loop, open_loop, plan_cost
 from mjbatch_jax.control.sampling import (
   METHODS,
   SETTINGS,
@@ -55,6 +57,7 @@ __all__ = [
   "CEMSettings",
   "Cost",
   "EnsembleGuard",
+  "FleetRun",
   "ILQR_STOPS",
   "ILQRPlan",
   "ILQRResult",
@@ -70,6 +73,8 @@ __all__ = [
   "box_qp",
   "cem_search",
   "cem_update",
+  "choose_tail",
+  "closed_loop",
   "ensemble_guard",
   "gaussian_samples",
   "ilqr",
@@ -77,8 +82,12 @@ __all__ = [
   "ilqr_planner",
   "mppi_update",
   "norm",
+  "open_loop",
+  "plan_cost",
   "receding_horizon",
+  "receding_horizon_fleet",
   "sampling",
   "shift",
   "splines",
+  "with_tail",
 ]
