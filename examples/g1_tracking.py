@@ -133,34 +133,15 @@ def reference(model: mujoco.MjModel, frames: int) -> dict[str, np.ndarray]:
 # -- the cost ------------------------------------------------------------------------------------
 
 
-def errors(xpos, xquat, ref_pos, ref_quat):
-  """(..., 12, 6) position (m) and orientation (rad) errors of the tracked bodies' poses."""
-  pos = xpos - ref_pos
-  drift = pos[..., :1, :] * jnp.array([1.0, 1.0, 0.0])  # the root's horizontal looseness
-  pos = jnp.concatenate([pos[..., :1, :], pos[..., 1:, :] - drift], axis=-2)
-  return jnp.concatenate([pos, rotations.difference(xquat, ref_quat)], axis=-1)
+errors = motion.pose_errors  # TODO(issue 48): g1_backflip imports it; gone when it moves
 
 
 def tracking_cost(sim: mjbatch_jax.Simulator, ref: dict) -> control.Cost:
   """State t against frame min(t, F - 1); control t against the angles of frame t + 1."""
-  frames, ids = len(ref["qpos"]), np.asarray(sim.names.bodies(list(TRACKED)))
-  ref_pos, ref_quat = jnp.asarray(ref["xpos"]), jnp.asarray(ref["xquat"])
-  ctrl_ref = jnp.asarray(ref["qpos"][:, 7:])
-  scale = np.concatenate([np.sqrt(POS_WEIGHT), np.full((12, 3), np.sqrt(ROT_WEIGHT))], axis=1)
-
-  def residual(x, u, obs, t):
-    i = jnp.minimum(t, frames - 1)
-    e = errors(obs["xpos"][ids], obs["xquat"][ids], ref_pos[i], ref_quat[i]) * scale
-    return jnp.concatenate([e[:, :3].ravel(), e[:, 3:].ravel(),
-                            u - ctrl_ref[jnp.minimum(t + 1, frames - 1)]])
-
-  # Each body's weighted squared error up to its threshold's, then linear: huber norms of the
-  # scaled residual (x2: huber is |r|^2 / 2 near zero).
-  knee = np.sqrt(POS_WEIGHT.max(axis=1)) * POS_THRESHOLD
-  terms = [control.Term(3, 2.0, "huber", float(k)) for k in knee]
-  terms += [control.Term(3, 2.0, "huber", float(np.sqrt(ROT_WEIGHT) * ROT_THRESHOLD))] * 12
-  terms.append(control.Term(sim.nu, 2 * CTRL_WEIGHT * np.r_[np.ones(frames), 0.0]))
-  return control.Cost(residual, tuple(terms), observe=("xpos", "xquat"))
+  return motion.tracking_cost(sim, ref["xpos"], ref["xquat"], ref["qpos"], TRACKED,
+                              pos_weight=POS_WEIGHT, rot_weight=ROT_WEIGHT,
+                              ctrl_weight=CTRL_WEIGHT, pos_threshold=POS_THRESHOLD,
+                              rot_threshold=ROT_THRESHOLD)
 
 
 def metrics(sim, ref, start, ctrls, nstep) -> tuple[dict, np.ndarray]:

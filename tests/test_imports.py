@@ -18,7 +18,7 @@ UPPER = {
   "distributed": set(),
   "envs": set(),
   "agents": {"envs"},
-  "motion": set(),
+  "motion": {"control"},
 }
 
 

@@ -12,7 +12,8 @@ named by its bodies and joints:
   names = motion.floor_contact_sensors(spec, ["left_foot", "right_foot"], robot="pelvis")
 
 Each module holds one idea: ik (IK and its tasks), clip (the clip format), feasibility (inverse
-dynamics of a motion against a robot's limits), sensors (floor-contact sensors on an MjSpec).
+dynamics of a motion against a robot's limits), sensors (floor-contact sensors on an MjSpec),
+tracking (a cost that tracks a clip's bodies).
 See docs/motion.md.
 """
 
@@ -28,6 +29,7 @@ from mjbatch_jax.motion.ik import (
   Task,
 )
 from mjbatch_jax.motion.sensors import floor_contact_sensors
+from mjbatch_jax.motion.tracking import pose_errors, tracking_cost
 
 __all__ = [
   "IK",
@@ -46,5 +48,7 @@ __all__ = [
   "floor_contact_sensors",
   "load",
   "make",
+  "pose_errors",
   "save",
+  "tracking_cost",
 ]
