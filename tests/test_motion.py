@@ -395,3 +395,44 @@ def test_g1_floor_contact_sensors_see_the_feet(g1):
   mujoco.mj_forward(model, data)
   left, right, whole = (data.sensordata[model.sensor(n).adr[0]] for n in names)
   assert left > 0 and right > 0 and whole == left + right == data.ncon
+
+
+def test_tracking_cost_is_zero_on_the_clip_and_counts_each_body(g1):
+  """At the clip's own poses and controls only the last knot's missing control term is left:
+  zero; a body moved by d (below its threshold) costs its weight times d^2 (x2 for Huber's
+  half), the others nothing."""
+  import jax.numpy as jnp
+
+  import mjbatch_jax
+  from mjbatch_jax.control import cost as cost_terms
+
+  bodies = ("pelvis", "left_ankle_roll_link", "right_wrist_yaw_link")
+  qpos = np.stack([g1.key_qpos[0]] * 3)
+  qpos[1, 2] += 0.01
+  xpos, xquat = motion.body_poses(g1, qpos, bodies)
+  with mjbatch_jax.Simulator(g1, num_threads=1) as sim:
+    cost = motion.tracking_cost(sim, xpos, xquat, qpos, bodies, pos_weight=np.array(
+      [[1.0, 1.0, 1000.0], [100.0] * 3, [100.0] * 3]), ctrl_weight=0.0)
+    obs = {"xpos": jnp.zeros((g1.nbody, 3)), "xquat": jnp.zeros((g1.nbody, 4))}
+    ids = np.asarray(sim.names.bodies(list(bodies)))
+    weights = cost_terms.weights(cost.terms, 3)
+
+    def value(t, moved):
+      pos = obs["xpos"].at[ids].set(jnp.asarray(xpos[t] + moved))
+      r = cost.residual(jnp.zeros(sim.nstate), jnp.asarray(qpos[min(t + 1, 2), 7:]),
+                        {"xpos": pos, "xquat": obs["xquat"].at[ids].set(jnp.asarray(xquat[t]))},
+                        jnp.asarray(t))
+      return float(cost_terms.knot_cost(cost.terms, r[None], weights[t][None])[0])
+
+    assert value(1, 0.0) == pytest.approx(0.0, abs=1e-9)  # rotations.difference rounds
+    d = 0.02  # a hand 2 cm off in x, the root where it should be
+    moved = np.zeros((3, 3))
+    moved[2, 0] = d
+    assert value(1, moved) == pytest.approx(100.0 * d * d, rel=1e-6)  # float32 without x64
+    moved = np.zeros((3, 3))
+    moved[:, 0] = d  # the whole robot drifts: the root's loose x weight alone
+    assert value(1, moved) == pytest.approx(1.0 * d * d, rel=1e-5)
+    with pytest.raises(ValueError, match="xquat must have shape"):
+      motion.tracking_cost(sim, xpos, xquat[:, :2], qpos, bodies)
+    with pytest.raises(ValueError, match="no_such_body"):
+      motion.tracking_cost(sim, xpos, xquat, qpos, ("pelvis", "no_such_body", "torso_link"))
