@@ -322,6 +322,46 @@ def go1_task(threads: int) -> tuple[envs.Env, dict[str, Any], Any, Callable[[dic
   return env, go1.training(env), go1.Evaluation(scene, threads), go1.walks
 
 
+def go1_minute_task(threads: int) -> tuple[envs.Env, dict[str, Any], Any, Callable[[dict], bool]]:
+  """The Go1 joystick at examples/go1_joystick.py's --preset minute (feet-only collisions)."""
+  import go1_joystick as go1  # pyright: ignore[reportMissingImports]  (examples/, on the path)
+
+  scene = SHARED_MODELS / "unitree_go1" / "scene.xml"
+  preset = go1.PRESETS["minute"]
+  flags = preset["flags"]
+  env = go1.Joystick(scene, {"collisions": flags["collisions"]}, num_threads=threads)
+  kwargs = go1.training(env, flags["num_envs"], flags["unroll"], preset["iterations"], 500,
+                        flags["minibatches"], preset["network"], **preset["ppo"],
+                        learning_rate=flags["learning_rate"],
+                        num_updates_per_batch=flags["epochs"])
+  return (env, kwargs, go1.Evaluation(scene, threads, collisions=flags["collisions"]),
+          go1.walks)
+
+
+def minute_runs(threads: int, seeds: list[int], folder: Path) -> list[dict[str, Any]]:
+  """`examples/go1_joystick.py --preset minute --seed S`, each a process of its own (its time to
+  walk counts from the process's start): each run's last line, its curve and checkpoint path."""
+  example = Path(__file__).resolve().parents[1] / "examples" / "go1_joystick.py"
+  runs = []
+  for seed in seeds:
+    out = folder / f"go1_minute_{seed}.npz"
+    command = [sys.executable, str(example), "--preset", "minute", "--seed", str(seed),
+               "--threads", str(threads), "--out", str(out)]
+    print(f"  go1_minute seed {seed}: {' '.join(command[1:])}", flush=True)
+    done = subprocess.run(command, capture_output=True, text=True, check=False)
+    if done.returncode:
+      raise SystemExit(f"go1_minute seed {seed} failed ({done.returncode}):\n{done.stderr[-3000:]}")
+    record = json.loads(done.stdout.strip().splitlines()[-1])
+    record["curve"] = ppo.read_checkpoint(out)[1]["curve"]
+    record["checkpoint"] = str(out)
+    print(f"  go1_minute seed {seed}: time to walk {record['time_to_walk_s']} s from the "
+          f"process's start ({record['time_to_walk_training_s']} s training), "
+          f"{record['env_steps']:,} env steps, {record['iterations']} iterations, load "
+          f"{record['load_average']['median']:.1f}", flush=True)
+    runs.append(record)
+  return runs
+
+
 CHEETAH_RUNS = 200.0  # reward of a 1000-step episode: 2 m/s on average
 # As MuJoCo Playground's CheetahRun trains (discount 0.99 here), at a CPU's size.
 CHEETAH_NETWORK = {"policy_hidden_layer_sizes": (32,) * 4, "value_hidden_layer_sizes": (256,) * 3}
@@ -338,7 +378,7 @@ def cheetah_task(threads: int) -> tuple[envs.Env, dict[str, Any], Any, Callable[
           lambda m: m["eval/episode_reward"] >= CHEETAH_RUNS)
 
 
-TASKS = {"go1_joystick": go1_task, "cheetah_run": cheetah_task}
+TASKS = {"go1_joystick": go1_task, "go1_minute": go1_minute_task, "cheetah_run": cheetah_task}
 
 
 def time_to_walk_row(name: str, threads: int, max_iterations: int, eval_every: int, pairs: int,
@@ -401,6 +441,20 @@ def time_to_walk_row(name: str, threads: int, max_iterations: int, eval_every: i
   return row
 
 
+def _minute_summary(runs: list[dict[str, Any]]) -> dict[str, Any]:
+  """The preset's row: each seed's run, and the medians over seeds (None counts as never)."""
+  def middle(key: str) -> float | None:
+    values = sorted(np.inf if r[key] is None else r[key] for r in runs)
+    value = values[len(values) // 2]
+    return None if not np.isfinite(value) else float(value)
+
+  return {"seeds": runs, "passed": all(r["time_to_walk_s"] is not None for r in runs),
+          "time_to_walk_from_start_s": middle("time_to_walk_s"),
+          "time_to_walk_s": middle("time_to_walk_training_s"),
+          "time_to_walk_env_steps": middle("env_steps") if runs else None,
+          "time_to_walk_iterations": middle("iterations") if runs else None}
+
+
 def time_to_walk(args: argparse.Namespace) -> None:
   result: dict[str, Any] = {"machine": machine_info(sys.argv), "threads": args.threads,
                             "rows": {}}
@@ -408,10 +462,20 @@ def time_to_walk(args: argparse.Namespace) -> None:
   folder = Path(tempfile.mkdtemp(prefix="rl-time-to-walk-"))
   try:
     for name in args.tasks.split(","):
-      print(f"{name}: training until the check passes (at most {args.max_iterations} "
-            "iterations)", flush=True)
+      runs = None
+      if name == "go1_minute" and name not in sources:
+        print(f"{name}: the example's --preset minute, seeds {args.seeds}", flush=True)
+        runs = minute_runs(args.threads, [int(s) for s in args.seeds.split(",")], folder)
+        walked = [r for r in runs if r["time_to_walk_s"] is not None]
+        # The timing continues from a seed's policy (a walking one's where there is one).
+        sources[name] = Path((walked or runs)[0]["checkpoint"])
+      else:
+        print(f"{name}: training until the check passes (at most {args.max_iterations} "
+              "iterations)", flush=True)
       row = time_to_walk_row(name, args.threads, args.max_iterations, args.eval_every,
                              args.pairs, folder, sources.get(name))
+      if runs is not None:
+        row.update(_minute_summary(runs))
       result["rows"][name] = row
       ttw = ("not reached" if not row["passed"] else
              f"{row['time_to_walk_s']:.0f} s ({row['time_to_walk_cpu_s']:.0f} CPU s, "
@@ -433,9 +497,14 @@ def time_to_walk(args: argparse.Namespace) -> None:
                              squeeze=False)
     for ax, (name, row) in zip(axes[0], result["rows"].items(), strict=True):
       key = [k for k in row["curve"][0]["metrics"] if k.startswith("eval/")][0]
-      ax.plot([p["wall_s"] / 60 for p in row["curve"]],
-              [p["metrics"][key] for p in row["curve"]], "o-", ms=3)
-      ax.set(xlabel="training time (min)", ylabel=key, title=name)
+      curves = {f"seed {r['seed']}": r["curve"] for r in row["seeds"]} if "seeds" in row else {
+        "": row["curve"]}
+      for label, curve in curves.items():
+        ax.plot([p["wall_s"] for p in curve], [p["metrics"][key] for p in curve], "o-", ms=3,
+                label=label or None)
+      if "seeds" in row:
+        ax.legend()
+      ax.set(xlabel="training time (s)", ylabel=key, title=name)
     save_figure(fig, out.with_suffix(".png"), dpi=120)
 
 
@@ -461,6 +530,8 @@ def main(argv: list[str]) -> None:
                       help="train the --tasks with Brax's PPO until their checks pass instead")
   parser.add_argument("--tasks", default=",".join(TASKS),
                       help=f"for --time-to-walk, comma-separated of {', '.join(TASKS)}")
+  parser.add_argument("--seeds", default="0,1,2",
+                      help="for --time-to-walk: go1_minute's seeds, one process each")
   parser.add_argument("--max-iterations", type=int, default=400,
                       help="for --time-to-walk: give up after this many iterations")
   parser.add_argument("--eval-every", type=int, default=5,
@@ -483,6 +554,12 @@ def main(argv: list[str]) -> None:
       if name not in TASKS or not Path(path).is_file():
         parser.error(f"--run {item}: expected TASK=CHECKPOINT with TASK in {', '.join(TASKS)} "
                      "and an existing checkpoint file")
+    try:
+      seeds = [int(seed) for seed in args.seeds.split(",")]
+    except ValueError:
+      seeds = []
+    if not seeds:
+      parser.error(f"--seeds {args.seeds!r}: expected comma-separated integers, e.g. 0,1,2")
     if args.max_iterations % args.eval_every:
       parser.error(f"--max-iterations {args.max_iterations} must be a multiple of --eval-every "
                    f"{args.eval_every}")

@@ -30,6 +30,7 @@ error is below 0.1 m/s with no fall. The run writes a summary (.json beside --ou
 
 import argparse
 import functools
+import json
 import os
 import sys
 from pathlib import Path
@@ -44,7 +45,7 @@ import mujoco  # noqa: E402
 import numpy as np  # noqa: E402
 
 from mjbatch_jax import _validate as v  # noqa: E402
-from mjbatch_jax import distributed, envs, launch, rotations  # noqa: E402
+from mjbatch_jax import distributed, ensemble, envs, launch, rotations  # noqa: E402
 from mjbatch_jax.agents import ppo  # noqa: E402
 
 FEET = ("FR", "FL", "RR", "RL")  # sites and geoms of the four feet
@@ -328,14 +329,30 @@ NETWORK = {"policy_hidden_layer_sizes": (64, 64), "value_hidden_layer_sizes": (6
 PPO = {"learning_rate": 1e-3, "learning_rate_schedule": "ADAPTIVE_KL", "desired_kl": 0.01,
        "entropy_cost": 0.005, "discounting": 0.97, "gae_lambda": 0.95, "clipping_epsilon": 0.2,
        "num_updates_per_batch": 5, "max_grad_norm": 1.0, "normalize_observations": True}
+# The command line's training flags and their values without a preset.
+FLAGS = {"collisions": "full", "num_envs": 1024, "unroll": 24, "minibatches": 4,
+         "epochs": PPO["num_updates_per_batch"], "learning_rate": PPO["learning_rate"],
+         "eval_every": 10, "iterations": 600}
+# Presets set the training's FLAGS (a flag given beside one must agree with it), PPO's other
+# settings and the network's, and defaults for the checks' period and the iterations (which may
+# be given): a run stops at the first passing check unless --iterations is given. "minute": the
+# wall-clock time to walk on 2 cores, measured (docs/rl.md).
+PRESETS: dict[str, dict[str, Any]] = {
+  "minute": {"flags": {"collisions": "feet", "num_envs": 1024, "unroll": 24, "minibatches": 4,
+                       "epochs": 5, "learning_rate": 1e-3},
+             "ppo": {}, "network": {}, "eval_every": 10, "iterations": 2000},
+}
 
 
 def training(env: Joystick, num_envs: int = 1024, unroll: int = 24, iterations: int = 600,
-             episode_length: int = 500, minibatches: int = 4, **ppo_overrides: Any) -> dict:
-  """ppo.train's arguments for this task at this size (PPO's overridden by ppo_overrides)."""
+             episode_length: int = 500, minibatches: int = 4, network: dict | None = None,
+             **ppo_overrides: Any) -> dict:
+  """ppo.train's arguments for this task at this size (PPO's overridden by ppo_overrides,
+  NETWORK's by network)."""
   return {"num_timesteps": iterations * num_envs * unroll, "num_envs": num_envs,
           "unroll_length": unroll, "batch_size": num_envs // minibatches,
-          "num_minibatches": minibatches, "episode_length": episode_length, "network": NETWORK,
+          "num_minibatches": minibatches, "episode_length": episode_length,
+          "network": {**NETWORK, **(network or {})},
           "randomization_fn": env.randomize, "randomization_period": env.friction_period,
           "task": {"collisions": env.config["collisions"]}, **PPO, **ppo_overrides}
 
@@ -359,12 +376,23 @@ def train(args: argparse.Namespace, leader: bool) -> dict[str, Any]:
         f"{m['eval/falls']:2.0f}; kl {m.get('training/kl_mean', np.nan):.4f}, lr "
         f"{m.get('training/learning_rate', np.nan):.1e}", flush=True)
 
+  preset = PRESETS.get(args.preset, {})
   kwargs = training(env, args.num_envs, args.unroll, args.iterations, args.episode_length,
-                    args.minibatches, learning_rate=args.learning_rate,
-                    num_updates_per_batch=args.epochs)
+                    args.minibatches, preset.get("network"), **preset.get("ppo", {}),
+                    learning_rate=args.learning_rate, num_updates_per_batch=args.epochs)
+  walked: dict[str, float] = {}
+
+  def until_walking(p: ppo.Progress) -> bool:
+    """The preset's stop: the first passing check, its time from the process's start less the
+    checks' (and the checkpoints') time."""
+    if walks(p.metrics) and not walked:
+      walked.update(time_to_walk_s=common.process_seconds() - p.eval_wall_s,
+                    training_s=p.wall_s)
+    return bool(walked) and args.stop_when_walking
+
   trained = ppo.train(env, **kwargs, iterations_per_eval=args.eval_every, evaluate=evaluation,
                       checkpoint=args.out if leader else None, resume=args.resume, log=log,
-                      seed=args.seed)
+                      seed=args.seed, stop=until_walking if args.preset and leader else None)
   if not leader:
     return {}
   assert evaluation is not None
@@ -389,6 +417,18 @@ def train(args: argparse.Namespace, leader: bool) -> dict[str, Any]:
   say(f"final check at {PLAY_COMMAND} m/s: error {final['forward_error']:.3f} m/s, falls "
       f"{int(final['falls'])}; time to walk: " + ("not reached" if first is None else
       f"{first.wall_s:.0f} s, {first.cpu_s:.0f} CPU s, {first.env_steps:,} env steps"))
+  if args.preset:
+    summary.update(preset=args.preset, seed=args.seed,
+                   model=f"Menagerie's Go1, {args.collisions} collisions",
+                   time_to_walk_training_s=walked.get("training_s"),
+                   time_to_walk_s=walked.get("time_to_walk_s"))
+    # The last line: one JSON object (benchmarks/rl.py --time-to-walk reads it); env steps and
+    # iterations to the first passing check, or of the whole run if none passed.
+    print(json.dumps({key: summary[key] for key in (
+      "time_to_walk_s", "time_to_walk_training_s", "seed", "model", "preset", "threads",
+      "final_velocity_error", "falls", "load_average")} | {
+        key: summary[f"time_to_walk_{key}" if walked else key] for key in ("env_steps",
+                                                                         "iterations")}))
   return summary
 
 
@@ -419,6 +459,13 @@ def play(args: argparse.Namespace) -> dict[str, Any]:
   print(f"falls: {int(metrics['falls'])}")
   passed = metrics["forward_error"] <= PASSES and not metrics["falls"]
   print(f"check: {'passed' if passed else 'failed'} (error <= {PASSES} m/s, no fall)")
+  # Each env on its own (its friction drawn apart): the share that would pass the check alone.
+  settle = evaluation.settle
+  per_env = ensemble.evaluate(
+    {"error": np.abs(forward[settle:] - args.command).mean(axis=0), "fell": fell.any(axis=0)},
+    lambda env: env["error"] <= PASSES and not env["fell"], nominal=False)
+  print(f"per env (friction in {evaluation.task.config['friction']}): {per_env}")
+  metrics["env_share"] = per_env.share
   t = evaluation.task.dt * np.arange(1, forward.shape[0] + 1)
   common.plot_series(sibling(args.out, "_play.png"), t, {"forward velocity (m/s)": {
     f"achieved (mean of {forward.shape[1]} envs)": forward.mean(1),
@@ -436,25 +483,44 @@ def main(argv: list[str] | None = None) -> dict | int:
   common.add_standard_args(parser, "go1_joystick")
   positive = common.int_in(1, 10**9, "a count >= 1")
   parser.add_argument("--model", type=Path, default=common.GO1_SCENE, help="the Go1 scene.xml")
-  parser.add_argument("--collisions", choices=COLLISIONS, default="full",
-                      help="full: Menagerie's Go1 as it is; feet: only the feet touch the floor, "
-                      "with MuJoCo Playground's one-iteration solver")
-  parser.add_argument("--num-envs", type=positive, default=1024)
-  parser.add_argument("--unroll", type=positive, default=24, help="steps per env and iteration")
-  parser.add_argument("--iterations", type=positive, default=600)
+  parser.add_argument("--preset", choices=tuple(PRESETS),
+                      help="minute: the settings measured fastest to a walking policy on 2 "
+                      "cores (feet-only collisions); stops at the first passing check unless "
+                      "--iterations is given, and prints a JSON line last")
+  parser.add_argument("--collisions", choices=COLLISIONS, default=None,
+                      help="full (default): Menagerie's Go1 as it is; feet: only the feet touch "
+                      "the floor, with MuJoCo Playground's one-iteration solver")
+  parser.add_argument("--num-envs", type=positive, default=None, help="default 1024")
+  parser.add_argument("--unroll", type=positive, default=None,
+                      help="steps per env and iteration (default 24)")
+  parser.add_argument("--iterations", type=positive, default=None,
+                      help="default 600 (a preset's: its cap; given, no stop at walking)")
   parser.add_argument("--episode-length", type=positive, default=500, help="steps (50 Hz)")
-  parser.add_argument("--eval-every", type=positive, default=10,
-                      help="iterations between the 0.5 m/s checks and checkpoints")
+  parser.add_argument("--eval-every", type=positive, default=None,
+                      help="iterations between the 0.5 m/s checks and checkpoints (default 10)")
   parser.add_argument("--learning-rate", type=common.positive_float("Adam's first step size"),
-                      default=PPO["learning_rate"])
-  parser.add_argument("--epochs", type=positive, default=PPO["num_updates_per_batch"])
-  parser.add_argument("--minibatches", type=positive, default=4)
+                      default=None, help=f"default {PPO['learning_rate']}")
+  parser.add_argument("--epochs", type=positive, default=None,
+                      help=f"SGD passes per batch (default {PPO['num_updates_per_batch']})")
+  parser.add_argument("--minibatches", type=positive, default=None, help="default 4")
   parser.add_argument("--processes", type=positive, default=1,
                       help="train data-parallel in this many local processes")
   parser.add_argument("--resume", action="store_true", help="continue from the checkpoint --out")
   parser.add_argument("--command", type=float, default=PLAY_COMMAND, help="--play's m/s forward")
   parser.add_argument("--play-seconds", type=common.positive_float("seconds"), default=10.0)
   args = common.parse(parser, argv)
+  preset = PRESETS.get(args.preset, {"flags": {}})
+  clash = [f"--{flag.replace('_', '-')} {getattr(args, flag)}" for flag, value in
+           preset["flags"].items() if getattr(args, flag) not in (None, value)]
+  if clash:
+    parser.error(f"--preset {args.preset} sets " + ", ".join(
+      f"--{flag.replace('_', '-')} {value}" for flag, value in preset["flags"].items())
+                 + f": {', '.join(clash)} contradicts it (leave it out, or leave out the preset)")
+  args.stop_when_walking = args.preset is not None and args.iterations is None
+  defaults = {key: preset[key] for key in ("eval_every", "iterations") if key in preset}
+  for flag, value in {**FLAGS, **preset["flags"], **defaults}.items():
+    if getattr(args, flag) is None:
+      setattr(args, flag, value)
 
   low, high = default_config()["command_low"][0], default_config()["command_high"][0]
   for wrong, message in (
@@ -466,7 +532,9 @@ def main(argv: list[str] | None = None) -> dict | int:
        f"--eval-every {args.eval_every}"),
       (not args.model.is_file(), f"--model {args.model}: no such file (Menagerie's "
        "unitree_go1/scene.xml)"),
-      (args.out.suffix != ".npz", f"--out must end in .npz, got {args.out}")):
+      (args.out.suffix != ".npz", f"--out must end in .npz, got {args.out}"),
+      (args.preset and args.processes > 1, f"--preset {args.preset} trains in one process "
+       "(its stop at the first passing check is process 0's): leave out --processes")):
     if wrong:
       parser.error(message)
   trained = trained_collisions(args.out) if args.play or args.resume else None

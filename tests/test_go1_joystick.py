@@ -351,3 +351,70 @@ def test_checkpoint_of_the_other_model_is_refused(go1, tmp_path, capsys, trained
   assert exit_.value.code == 2
   assert f"holds a policy trained with --collisions {model}, not --collisions" \
     in capsys.readouterr().err
+
+
+# -- the time-to-walk preset (--preset minute) ---------------------------------------------------
+
+@pytest.mark.parametrize("args, message", [
+  (["--preset", "fast"], "argument --preset: invalid choice: 'fast'"),
+  (["--preset", "minute", "--collisions", "full"], "--collisions full contradicts it"),
+  (["--preset", "minute", "--num-envs", "4096"], "--num-envs 4096 contradicts it"),
+  (["--preset", "minute", "--learning-rate", "0.5"], "--learning-rate 0.5 contradicts it"),
+  (["--preset", "minute", "--processes", "2"], "trains in one process"),
+])
+def test_preset_refusals(go1, capsys, args, message):
+  with pytest.raises(SystemExit) as exit_:
+    go1.main(args)
+  assert exit_.value.code == 2
+  assert message in capsys.readouterr().err
+
+
+def test_preset_refuses_a_checkpoint_of_the_full_model(go1, tmp_path, capsys):
+  policy = write_checkpoint(tmp_path / "go1.npz", "full")
+  with pytest.raises(SystemExit) as exit_:
+    go1.main(["--preset", "minute", "--play", "--out", str(policy)])
+  assert exit_.value.code == 2
+  assert "trained with --collisions full, not --collisions feet" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("extra, stops, iterations", [([], True, None), (["--iterations", "40"],
+                                                                        False, 40)])
+def test_preset_sets_its_flags(go1, monkeypatch, extra, stops, iterations):
+  seen = {}
+  monkeypatch.setattr(go1, "train", lambda args, leader: seen.update(vars(args)) or {})
+  preset = go1.PRESETS["minute"]
+  flags = preset["flags"]
+  # Giving a flag the preset's own value is no contradiction.
+  go1.main(["--preset", "minute", "--threads", "1", "--unroll", str(flags["unroll"]), *extra])
+  assert {flag: seen[flag] for flag in flags} == flags
+  assert seen["stop_when_walking"] is stops
+  assert seen["iterations"] == (preset["iterations"] if iterations is None else iterations)
+  assert seen["eval_every"] == preset["eval_every"]
+  seen.clear()
+  go1.main(["--threads", "1"])  # without the preset: FLAGS, and no stop
+  assert {flag: seen[flag] for flag in go1.FLAGS} == go1.FLAGS
+  assert seen["stop_when_walking"] is False and seen["iterations"] == 600
+
+
+def test_preset_stops_at_the_first_passing_check_and_prints_json_last(tmp_path):
+  """The preset's stop and last line, at a tiny size: a preset of 8 envs whose check passes at
+  any error (WALKING raised), so that the run stops at its first check."""
+  pytest.importorskip("brax.training.agents.ppo.train", reason=BRAX_MISSING)
+  script = (
+    "import sys; sys.path.insert(0, sys.argv[1]); import go1_joystick as go1\n"
+    "go1.PRESETS['minute'] = {'flags': {'collisions': 'feet', 'num_envs': 8, 'unroll': 4,\n"
+    "  'minibatches': 2, 'epochs': 1, 'learning_rate': 1e-3}, 'ppo': {}, 'eval_every': 2,\n"
+    "  'network': {'policy_hidden_layer_sizes': (8,)}, 'iterations': 6}\n"
+    "go1.WALKING = 1e9\n"
+    "go1.main(sys.argv[2:])\n")
+  done = subprocess.run([sys.executable, "-c", script, str(EXAMPLE.parent), "--preset", "minute",
+                         "--threads", "1", "--episode-length", "20", "--seed", "3", "--out",
+                         str(tmp_path / "go1.npz")], capture_output=True, text=True, timeout=900,
+                        cwd=ROOT)
+  assert done.returncode == 0, done.stdout + done.stderr[-3000:]
+  assert "iter    2:" in done.stdout and "iter    4:" not in done.stdout, done.stdout
+  last = json.loads(done.stdout.strip().splitlines()[-1])
+  assert last["iterations"] == 2 and last["env_steps"] == 2 * 8 * 4 and last["seed"] == 3
+  assert last["preset"] == "minute" and "feet" in last["model"]
+  # From the process's start: at least the training, at most the process's whole life.
+  assert 0 < last["time_to_walk_training_s"] < last["time_to_walk_s"]
