@@ -22,13 +22,13 @@ The reference (no motion-capture clip ships offline, so it is made here), 200 fr
   so that the ground phase hands exactly that L to the flight. At take-off the legs stop
   extending and at touchdown the feet stop: both change joint velocities at once, not the whole
   body's momentum, and derivatives are taken on each side;
-- joint angles at every frame of a 5 ms grid by Gauss-Newton on MuJoCo's Jacobians (mj_jacBody,
-  mj_jacSubtreeCom): feet fixed on the floor, centre of mass and pelvis pitch on their paths,
+- joint angles at every frame of a 5 ms grid by motion.IK (Gauss-Newton on MuJoCo's Jacobians,
+  null-space mode): feet fixed on the floor, centre of mass and pelvis pitch on their paths,
   arms and waist as joint targets, a posture in the null space; in flight the tuck is solved in
   the pelvis frame and the root placed by the momentum and the parabola.
 
-Feasibility: the reference's velocities and accelerations go through inverse dynamics
-(mj_inverse without contacts): the root's rows give the wrench the floor must supply, split
+Feasibility (motion.feasibility): the reference's velocities and accelerations go through inverse
+dynamics (mj_inverse without contacts): the root's rows give the wrench the floor must supply, split
 between the feet; the rest are joint torques, compared with the G1's actuator limits
 (jnt_actfrcrange), per phase. The floor must push, within the friction cone, with each foot's
 centre of pressure under its sole. The take-off velocity, apex, flight time, angular momentum and
@@ -74,7 +74,6 @@ against its physics calls on 1 and 2 threads.
 """
 
 import argparse
-import copy
 import dataclasses
 import os
 import sys
@@ -89,13 +88,11 @@ def _avx2_blas_kernels_where_the_cpu_has_them() -> None:
   """OPENBLAS_CORETYPE=Haswell where the CPU has AVX2 and FMA, unless set or numpy is loaded.
 
   The reference's inverse kinematics runs on numpy's BLAS, whose kernels OpenBLAS picks by CPU,
-  and the kernels round differently in the last bits (AVX-512's against AVX2's: the reference's
-  joint angles differ by up to 2e-6 rad). The flip's search is chaotic: such a change ends CEM
-  at another plan (examples/results/README.md, "How repeatable the solve is"). AVX2's kernels on
-  every CPU that has them make the command give the saved plan on any such x86 CPU, with the
-  numpy it was solved with (2.4.6, OpenBLAS 0.3.31: numpy 2.5's reference differs in the last
-  bits, with AVX2's kernels too). Read when OpenBLAS loads, so before numpy is imported; a user's
-  own setting stands.
+  and the kernels round differently in the last bits (AVX-512's against AVX2's). The flip's
+  search is chaotic: such a change ends CEM at another plan (docs/backflip.md, "How repeatable
+  the solve is"). AVX2's kernels on every CPU that has them make the command give the saved plan
+  on any such x86 CPU, with the numpy it was solved with (2.4.6, OpenBLAS 0.3.31). Read when
+  OpenBLAS loads, so before numpy is imported; a user's own setting stands.
   """
   if "numpy" in sys.modules or "OPENBLAS_CORETYPE" in os.environ:
     return
@@ -125,12 +122,11 @@ from g1_tracking import (  # noqa: E402  # the seed's tracking cost: twelve bodi
   ROT_THRESHOLD,
   ROT_WEIGHT,
   TRACKED,
-  errors,
   tracking_cost,
 )
 
 import mjbatch_jax  # noqa: E402
-from mjbatch_jax import control, tangent  # noqa: E402
+from mjbatch_jax import control, motion, tangent  # noqa: E402
 from mjbatch_jax.control import cost as cost_terms  # noqa: E402
 
 G = 9.81  # m/s^2, checked against the model's gravity
@@ -139,10 +135,9 @@ FINE = 4  # the reference is built on a grid FINE times finer, for its derivativ
 CLIP_FRAMES = 200
 FEET = ("left_ankle_roll_link", "right_ankle_roll_link")
 SIDES = ("left", "right")
-# The sole: the four contact spheres of each foot (radius 0.005) in the ankle roll link's frame.
-SOLE_X = (-0.05, 0.12)  # m, heel and toe
-SOLE_HALF_WIDTH = 0.025  # m, the inner edge of the narrower (heel) pair
-SOLE_Z = -0.035  # m, the sole's height under the ankle roll link
+# The sole under the four contact spheres of each foot (radius 0.005), in the ankle roll link's
+# frame: heel and toe, the inner edge of the narrower (heel) pair, the height under the link (m).
+SOLE = motion.Sole(x=(-0.05, 0.12), half_width=0.025, z=-0.035)
 
 
 # ------------------------------------------------------------------------------ small helpers
@@ -180,12 +175,6 @@ def _wrap(angle: float) -> float:
   """angle in (-pi, pi]."""
   return float(np.angle(np.exp(1j * angle)))
 
-
-def rotation_error(target: np.ndarray, current: np.ndarray, xmat: np.ndarray) -> np.ndarray:
-  """World-frame rotation vector taking current to target (mj_jacBody's jacr is world-frame)."""
-  local = np.zeros(3)
-  mujoco.mju_subQuat(local, target, current)
-  return np.asarray(xmat).reshape(3, 3) @ local
 
 
 # ------------------------------------------------------------------------------------ the flip
@@ -246,100 +235,6 @@ class Flip:
     return self.stand_s + self.crouch_s
 
 
-# ----------------------------------------------------------------- inverse kinematics
-
-
-class IK:
-  """Damped least squares on MuJoCo's Jacobians, one frame's task targets at a time.
-
-  Targets (a dict): "feet": {body: (pos, quat)} world poses; "com": (3,) world position of the
-  whole body's centre of mass; "pelvis_quat": (4,); "joints": {qpos index: angle} joint-space
-  tasks (the arm swing); the free root takes part unless free_root is False (the flight's tuck,
-  solved in the pelvis frame with the pelvis at the origin).
-  """
-
-  def __init__(self, model: mujoco.MjModel, posture: np.ndarray):
-    self.model, self.data = model, mujoco.MjData(model)
-    self.posture = posture
-    self.feet = [model.body(f).id for f in FEET]
-    self.pelvis = model.body("pelvis").id
-    hinge = model.jnt_type != mujoco.mjtJoint.mjJNT_FREE
-    self.hinge_qpos = model.jnt_qposadr[hinge]
-    self.hinge_range = model.jnt_range[hinge]
-    self.hinge_limited = model.jnt_limited[hinge].astype(bool)
-    legs = np.array(["hip" in n or "knee" in n or "ankle" in n
-                     for n in (model.joint(j).name for j in np.flatnonzero(hinge))])
-    self.posture_weight = np.where(legs, 0.003, 0.1)
-
-  def kinematics(self, qpos: np.ndarray) -> mujoco.MjData:
-    self.data.qpos[:] = qpos
-    mujoco.mj_kinematics(self.model, self.data)
-    mujoco.mj_comPos(self.model, self.data)  # cdof and subtree_com, which the Jacobians read
-    return self.data
-
-  def solve(self, qpos: np.ndarray, targets: dict, iterations: int = 60,
-            free_root: bool = True) -> tuple[np.ndarray, float]:
-    """(qpos, the largest foot / centre-of-mass position error in m) after at most iterations.
-
-    Gauss-Newton with priorities: the tasks are met first (damped pseudo-inverse), the posture
-    only in their null space, so it never pulls the tasks off their targets and each frame
-    converges in a few steps to the same pose from any nearby start.
-    """
-    m, d, nv = self.model, self.data, self.model.nv
-    jacp, jacr = np.zeros((3, nv)), np.zeros((3, nv))
-    qpos = qpos.copy()
-    eye = np.eye(nv)
-    lo, hi = self.hinge_range[:, 0], self.hinge_range[:, 1]
-    error_m = np.inf
-    for _ in range(iterations):
-      self.kinematics(qpos)
-      rows, errors = [], []
-      error_m = 0.0
-      for b, (pos, quat) in zip(self.feet, targets["feet"], strict=True):
-        mujoco.mj_jacBody(m, d, jacp, jacr, b)
-        e = pos - d.xpos[b]
-        error_m = max(error_m, float(np.linalg.norm(e)))
-        rows += [jacp.copy(), jacr.copy()]
-        errors += [e, rotation_error(quat, d.xquat[b], d.xmat[b])]
-      if free_root:
-        mujoco.mj_jacSubtreeCom(m, d, jacp, self.pelvis)  # the pelvis's subtree is the robot
-        e = targets["com"] - d.subtree_com[self.pelvis]
-        error_m = max(error_m, float(np.linalg.norm(e)))
-        mujoco.mj_jacBody(m, d, None, jacr, self.pelvis)
-        rows += [jacp.copy(), jacr.copy()]
-        errors += [e, rotation_error(targets["pelvis_quat"], d.xquat[self.pelvis],
-                                     d.xmat[self.pelvis])]
-      for adr, angle in targets["joints"].items():
-        rows.append(eye[adr - 1:adr])
-        errors.append(np.array([angle - qpos[adr]]))
-      jac, error = np.concatenate(rows), np.concatenate(errors)
-      posture = self.posture[7:] - qpos[7:]
-      # Joints at a limit that the step would push further are frozen and the step solved
-      # again: clipping them afterwards would stall the others (an active set).
-      free = np.ones(nv, bool)
-      free[:6] = free_root
-      for _ in range(4):
-        j = jac * free
-        pinv = j.T @ np.linalg.inv(j @ j.T + 1e-9 * np.eye(len(j)))
-        step = pinv @ error
-        null = (eye - pinv @ j) * free
-        step += null[:, 6:] @ np.linalg.lstsq(null[6:, 6:], posture - step[6:], rcond=1e-6)[0]
-        step *= free
-        q, dq = qpos[self.hinge_qpos], step[self.hinge_qpos - 1]
-        blocked = self.hinge_limited & (((q <= lo + 1e-9) & (dq < 0)) | ((q >= hi - 1e-9) &
-                                                                        (dq > 0)))
-        if not blocked.any():
-          break
-        free[self.hinge_qpos[blocked] - 1] = False
-      step = step * min(1.0, 0.3 / max(float(np.linalg.norm(step)), 1e-12))  # trust region
-      mujoco.mj_integratePos(m, qpos, np.asarray(step, np.float64), 1.0)
-      clipped = np.clip(qpos[self.hinge_qpos], lo, hi)
-      qpos[self.hinge_qpos] = np.where(self.hinge_limited, clipped, qpos[self.hinge_qpos])
-      if np.linalg.norm(step) < 1e-9:
-        break
-    return qpos, error_m
-
-
 # --------------------------------------------------------------------------- the reference
 
 
@@ -379,10 +274,14 @@ class _Builder:
     for side in SIDES:
       for joint, angle in (("hip_pitch", -0.3), ("knee", 0.6), ("ankle_pitch", -0.3)):
         posture[self.adr(f"{side}_{joint}_joint")] = angle
-    self.ik = IK(model, posture)
+    # Null-space posture: the tasks are met first, so each frame converges in a few steps to the
+    # same pose from any nearby start.
+    self.ik = motion.IK(model, posture, mode="null_space")
     self.data = mujoco.MjData(model)
+    self.foot_ids = [model.body(f).id for f in FEET]
+    self.pelvis = model.body("pelvis").id
     d = self.ik.kinematics(model.key_qpos[0])
-    self.feet = [(d.xpos[b].copy(), np.array([1.0, 0, 0, 0])) for b in self.ik.feet]
+    self.feet = [(d.xpos[b].copy(), np.array([1.0, 0, 0, 0])) for b in self.foot_ids]
     self.feet_centre = np.mean([p for p, _ in self.feet], axis=0)
     self.dt = FRAME_DT / FINE
 
@@ -392,12 +291,11 @@ class _Builder:
   def upper(self, shoulder_pitch: float, elbow: float, waist_pitch: float) -> dict:
     """Joint-space targets of the upper body: both arms alike, the waist's pitch (its yaw and
     roll straight). With the waist given, the centre of mass is the pelvis position's task."""
-    out = {self.adr("waist_yaw_joint"): 0.0, self.adr("waist_roll_joint"): 0.0,
-           self.adr("waist_pitch_joint"): waist_pitch}
+    out = {"waist_yaw_joint": 0.0, "waist_roll_joint": 0.0, "waist_pitch_joint": waist_pitch}
     for side in SIDES:
-      out[self.adr(f"{side}_shoulder_pitch_joint")] = shoulder_pitch
-      out[self.adr(f"{side}_shoulder_roll_joint")] = 0.25 if side == "left" else -0.25
-      out[self.adr(f"{side}_elbow_joint")] = elbow
+      out[f"{side}_shoulder_pitch_joint"] = shoulder_pitch
+      out[f"{side}_shoulder_roll_joint"] = 0.25 if side == "left" else -0.25
+      out[f"{side}_elbow_joint"] = elbow
     return out
 
   def feet_at(self, x: float) -> list:
@@ -405,8 +303,18 @@ class _Builder:
     shift = np.array([x - self.feet_centre[0], 0.0, 0.0])
     return [(p + shift, q) for p, q in self.feet]
 
-  def pose(self, qpos, targets, free_root=True, iterations=60):
-    return self.ik.solve(qpos, targets, iterations, free_root)
+  def pose(self, qpos, targets, free_root=True, iterations=60) -> tuple[np.ndarray, float]:
+    """(qpos, the largest foot / centre-of-mass error in m) for targets: "feet", each foot's
+    (pos, quat) in the world; "com" and "pelvis_quat" when the root is free; "joints" (upper)."""
+    tasks = []
+    for foot, (pos, quat) in zip(FEET, targets["feet"], strict=True):
+      tasks += [motion.BodyPosition(foot, pos), motion.BodyOrientation(foot, quat)]
+    if free_root:
+      tasks += [motion.CentreOfMass(targets["com"], body="pelvis"),  # its subtree: the robot
+                motion.BodyOrientation("pelvis", targets["pelvis_quat"])]
+    tasks.append(motion.JointAngles(targets["joints"]))
+    solution = self.ik.solve(qpos, tasks, iterations, free_root)
+    return solution.qpos, solution.error
 
   def com_of(self, qpos: np.ndarray) -> np.ndarray:
     return self.ik.kinematics(qpos).subtree_com[1].copy()
@@ -455,10 +363,10 @@ class _Builder:
   def relative_feet(self, qpos: np.ndarray) -> np.ndarray:
     """(2, 4): each foot's x, y, z and pitch in the pelvis frame."""
     d = self.ik.kinematics(qpos)
-    rot = d.xmat[self.ik.pelvis].reshape(3, 3)
+    rot = d.xmat[self.pelvis].reshape(3, 3)
     out = []
-    for b in self.ik.feet:
-      pos = rot.T @ (d.xpos[b] - d.xpos[self.ik.pelvis])
+    for b in self.foot_ids:
+      pos = rot.T @ (d.xpos[b] - d.xpos[self.pelvis])
       out.append([*pos, pitch_of(rot.T @ d.xmat[b].reshape(3, 3))])
     return np.array(out)
 
@@ -623,7 +531,7 @@ def build_reference(model: mujoco.MjModel, flip: Flip, frames: int = CLIP_FRAMES
   i_down = i_off + k_flight
   t_down = i_down * dt
   d = b.ik.kinematics(q_flight[-1])
-  feet_down = [(d.xpos[f].copy(), np.array([1.0, 0, 0, 0])) for f in b.ik.feet]
+  feet_down = [(d.xpos[f].copy(), np.array([1.0, 0, 0, 0])) for f in b.foot_ids]
   c_down = b.com_of(q_flight[-1])
   v_down = v_off + np.array([0, 0, -G * flight])
   ankle_down = feet_down[0][0][0]
@@ -680,108 +588,34 @@ def build_reference(model: mujoco.MjModel, flip: Flip, frames: int = CLIP_FRAMES
 # ---------------------------------------------------------------------------- feasibility
 
 
-@dataclasses.dataclass
-class Feasibility:
-  """What the reference asks of the robot, frame by frame on the fine grid, and the verdict."""
+def feasibility(model: mujoco.MjModel, ref: Reference, friction: float = 0.6
+                ) -> motion.Feasibility:
+  """Inverse dynamics of the reference against the G1's limits (see the module docstring).
 
-  torque: np.ndarray  # (n, nu) joint torques by inverse dynamics
-  servo: np.ndarray  # (n, nu) position-servo targets that give those torques
-  feet_force: np.ndarray  # (n, 2, 3) each foot's force from the floor (world frame)
-  cop: np.ndarray  # (n, 2, 2) each foot's centre of pressure in its sole frame (x, y)
-  flight_wrench: float  # N, the largest root force the flight's physics leaves unexplained
-  torque_ratio: np.ndarray  # (nu,) peak |torque| / limit per actuator
-  phase_ratio: dict  # phase -> (nu,) the same within crouch, push, flight and landing
-  worst: dict  # the binding margins: name -> (value, limit)
-  ok: bool
+  The clip's first and last frames are left out of the floor's margins: their accelerations are
+  one-sided differences.
+  """
+  checked = np.ones(len(ref.t), bool)
+  checked[[0, -1]] = False
+  return motion.feasibility(model, ref.qpos, ref.qvel, ref.qacc, ref.contact, FEET, SOLE,
+                            friction=friction, checked=checked)
 
 
-def feasibility(model: mujoco.MjModel, ref: Reference, friction: float = 0.6) -> Feasibility:
-  """Inverse dynamics of the reference against the G1's limits (see the module docstring)."""
-  m = _contactless(model)
-  d = mujoco.MjData(m)
-  n, nv, nu = len(ref.t), m.nv, m.nu
-  joint_of = m.actuator_trnid[:, 0]
-  dof = m.jnt_dofadr[joint_of]
-  limit = m.jnt_actfrcrange[joint_of, 1]
-  kp, kv = m.actuator_gainprm[:, 0], -m.actuator_biasprm[:, 2]
-  feet = [m.body(f).id for f in FEET]
-  torque, servo = np.zeros((n, nu)), np.zeros((n, nu))
-  feet_force, cop = np.zeros((n, 2, 3)), np.zeros((n, 2, 2))
-  flight_wrench = 0.0
-  jacp, jacr = np.zeros((3, nv)), np.zeros((3, nv))
-  # Moments are solved for in units of force times this length, so that the least-squares split
-  # between the feet weighs forces and moments alike.
-  lever = 0.1
-  for i in range(n):
-    d.qpos[:], d.qvel[:], d.qacc[:] = ref.qpos[i], ref.qvel[i], ref.qacc[i]
-    mujoco.mj_inverse(m, d)
-    qfrc = d.qfrc_inverse.copy()
-    if ref.contact[i]:
-      rows, points = [], []
-      for b in feet:
-        point = d.xpos[b] + d.xmat[b].reshape(3, 3) @ np.array([0.0, 0.0, SOLE_Z])
-        mujoco.mj_jac(m, d, jacp, jacr, point, b)
-        rows.append(np.concatenate([jacp, jacr / lever]))
-        points.append(point)
-      jac = np.concatenate(rows)  # (12, nv): the feet's wrenches to generalised forces
-      wrench = np.linalg.lstsq(jac[:, :6].T, qfrc[:6], rcond=None)[0]
-      qfrc -= jac.T @ wrench
-      for k, b in enumerate(feet):
-        force, moment = wrench[6 * k:6 * k + 3], wrench[6 * k + 3:6 * k + 6] / lever
-        feet_force[i, k] = force
-        rot = d.xmat[b].reshape(3, 3)
-        local_force, local_moment = rot.T @ force, rot.T @ moment
-        fz = max(local_force[2], 1e-9)
-        cop[i, k] = (-local_moment[1] / fz, local_moment[0] / fz)
-    else:
-      flight_wrench = max(flight_wrench, float(np.linalg.norm(qfrc[:3])))
-    torque[i] = qfrc[dof]
-    servo[i] = ref.qpos[i, m.jnt_qposadr[joint_of]] + (torque[i] + kv * ref.qvel[i, dof]) / kp
-  ratio = np.abs(torque).max(axis=0) / limit
-  # The same per phase: the impact rows (touchdown and the next two) are left out of the landing.
+def phases(ref: Reference) -> dict:
+  """Phase name -> the fine-grid rows in it: crouch, push, flight and landing (the impact rows,
+  touchdown and the next two, left out of the landing)."""
   t_push = ref.flip.push_start
   i_down = round(ref.touchdown_s / (ref.t[1] - ref.t[0]))
-  phases = {"crouch": ref.t < t_push - 1e-9, "push": (ref.t >= t_push - 1e-9) & ref.contact
-            & (ref.t <= ref.takeoff_s + 1e-9), "flight": ~ref.contact,
-            "landing": np.arange(n) > i_down + 2}
-  phase_ratio = {name: np.abs(torque[rows]).max(axis=0) / limit for name, rows in phases.items()}
-  inside = ref.contact.copy()
-  inside[[0, -1]] = False
-  fz = feet_force[inside, :, 2]
-  slip = np.linalg.norm(feet_force[inside, :, :2], axis=-1) / np.maximum(fz, 1e-9)
-  x, y = cop[inside, :, 0], cop[inside, :, 1]
-  lo, hi = m.actuator_ctrlrange.T
-  outside_range = np.maximum(lo - servo, servo - hi).max()
-  worst_actuator = int(np.argmax(ratio))
-  worst = {
-    "torque": (float(ratio[worst_actuator]), 1.0, m.actuator(worst_actuator).name),
-    "normal force N": (float(fz.min()), 0.0),
-    "friction ratio": (float(slip.max()), friction),
-    "cop heel m": (float(x.min()), SOLE_X[0]),
-    "cop toe m": (float(x.max()), SOLE_X[1]),
-    "cop side m": (float(np.abs(y).max()), SOLE_HALF_WIDTH),
-    "servo beyond range rad": (float(outside_range), 0.0),
-  }
-  ok = (ratio.max() <= 1.0 and fz.min() > 0 and slip.max() <= friction
-        and x.min() >= SOLE_X[0] and x.max() <= SOLE_X[1]
-        and np.abs(y).max() <= SOLE_HALF_WIDTH and outside_range <= 0)
-  return Feasibility(torque, servo, feet_force, cop, flight_wrench, ratio, phase_ratio, worst,
-                     bool(ok))
-
-
-def _contactless(model: mujoco.MjModel) -> mujoco.MjModel:
-  """A copy of the model without contacts: the floor's wrench is solved for instead."""
-  m = copy.deepcopy(model)
-  m.opt.disableflags |= mujoco.mjtDisableBit.mjDSBL_CONTACT
-  return m
+  return {"crouch": ref.t < t_push - 1e-9,
+          "push": (ref.t >= t_push - 1e-9) & ref.contact & (ref.t <= ref.takeoff_s + 1e-9),
+          "flight": ~ref.contact, "landing": np.arange(len(ref.t)) > i_down + 2}
 
 
 # ----------------------------------------------------------------- the model and the cost
 
 # The floor's contacts, as contact sensors added to the model (sensors do not change the
-# physics): with each foot, and with any body of the robot.
-CONTACT_SENSORS = (("left foot", "left_ankle_roll_link"), ("right foot", "right_ankle_roll_link"),
-                   ("robot", None))
+# physics): with each foot, and with any body of the robot (the pelvis's subtree).
+FOOT_SENSORS = {"left foot": FEET[0], "right foot": FEET[1]}
 PELVIS_UPRIGHT = 0.6  # m: standing after the landing means the pelvis above this
 MIN_FLIGHT = 0.1  # s: a shorter stretch off the floor is a stumble, not a jump to land from
 
@@ -797,14 +631,7 @@ def load_model(path: Path | None) -> mujoco.MjModel:
                      "the reference name the Unitree G1's bodies")
   if "floor" not in {g.name for g in spec.geoms}:
     raise SystemExit(f"{path}: expected a geom named 'floor' (the G1's scene.xml has one)")
-  for label, body in CONTACT_SENSORS:
-    sensor = spec.add_sensor(name=f"floor contact {label}", type=mujoco.mjtSensor.mjSENS_CONTACT)
-    sensor.objtype = mujoco.mjtObj.mjOBJ_BODY if body else mujoco.mjtObj.mjOBJ_XBODY
-    sensor.objname = body or "pelvis"
-    sensor.reftype, sensor.refname = mujoco.mjtObj.mjOBJ_GEOM, "floor"
-    sensor.intprm[0] = 1 << int(mujoco.mjtConDataField.mjCONDATA_FOUND)
-    sensor.intprm[1] = 0  # no reduction
-    sensor.intprm[2] = 1  # one slot: its "found" is the number of matching contacts
+  motion.floor_contact_sensors(spec, FOOT_SENSORS, robot="pelvis")
   model = spec.compile()
   free = mujoco.mjtJoint.mjJNT_FREE
   if model.njnt == 0 or model.jnt_type[0] != free or np.any(model.jnt_type[1:] == free):
@@ -823,7 +650,8 @@ def load_model(path: Path | None) -> mujoco.MjModel:
 # -------------------------------------------------------------------------------- the clip
 
 
-def clip_of(model: mujoco.MjModel, ref: Reference, feasible: Feasibility, frames: int) -> dict:
+def clip_of(model: mujoco.MjModel, ref: Reference, feasible: motion.Feasibility,
+            frames: int) -> dict:
   """The tracker's clip: per frame, qpos and the tracked bodies' poses; per knot, the servo
   targets that give the reference's torques over it ("servo") and the joint angles it ends at
   ("angles"): the two initial guesses."""
@@ -952,13 +780,10 @@ SYNERGIES = ("hip_pitch", "knee", "ankle_pitch", "waist_pitch", "shoulder_pitch"
 # Where the search starts (--program): per phase, (synergy targets in rad, duration in s) in the
 # order of SYNERGIES; targets beyond a joint's range are clipped.
 PROGRAMS = {
-  # Phases push, tuck, open, settle. A hard hip and knee extension together with the arms swinging
-  # up, a full tuck, the legs out for the landing, a crouch. Where earlier searches of this kind
-  # ended (48 x 10, then 96 x 25 candidates x iterations with the tracking cost in full, from a
-  # hand-set start: hips +1.0, knees 0.8 in the push, the tuck at the joints' limits, a squat; then
-  # 96 x 30 with the objective below, which lands; then 48 x 25 on CEM_ROBOTS robots each). It
-  # leaves with the pelvis already pitched back about 1 rad, and the turn the flight counts is 2 pi
-  # + take-off pitch - touchdown pitch, so it counts about 4.7 rad; it is the robust one.
+  # Phases push, tuck, open, settle: a hard hip and knee extension together with the arms
+  # swinging up, a full tuck, the legs out for the landing, a crouch (where earlier searches
+  # ended). It leaves with the pelvis already pitched back about 1 rad, and the turn the flight
+  # counts is 2 pi + take-off pitch - touchdown pitch: about 4.7 rad. It is the robust one.
   "together": np.array([
     [0.525, 0.870, 0.032, 0.592, -2.365, 1.768, 0.241],
     [-2.714, 2.499, -0.723, 0.209, -1.226, 1.330, 0.197],
@@ -969,13 +794,10 @@ PROGRAMS = {
   # ankles extend with the hips held flexed and the arms swinging forward, so the centre of mass
   # rises over the toes with the pelvis still pitched forward; then the hips extend, the ankles
   # point and the arms go overhead, and the floor's push passes in front of the centre of mass. It
-  # leaves with the pelvis leaning forward (+0.3 rad), angular momentum to spare (-21 kg m^2/s) but
-  # a low jump (2.2 m/s up), and lands with the pelvis forward too: about 5.9 rad counted, on the
-  # nominal robot. Its flight is short and fast: link masses within 10% shorten it by up to 0.04 s
-  # and the turn by up to 0.7 rad, so it stands on few randomised robots, and its targets rounded to
-  # 3 decimals (0.5 mrad) land it on a knee: they are kept to 4. Where searches ended: 64 x 30 of
-  # the two push phases alone, scored by the take-off (pitch, angular momentum times flight time);
-  # then 32 x 12 and 32 x 15 of the last three on the nominal robot.
+  # leaves with the pelvis leaning forward, angular momentum to spare but a low jump, and turns
+  # about 5.9 rad on the nominal robot; its short, fast flight is what the landing (see the
+  # landing's notes) makes robust. Its targets are kept to 4 decimals: rounded to 3 (0.5 mrad)
+  # they land it on a knee.
   "knees-first": np.array([
     [-2.1958, 0.8237, -0.0834, -0.2063, -1.2559, 1.1478, 0.0790],
     [0.0892, 0.2708, 0.9235, -0.2046, -2.7890, -0.2516, 0.2000],
@@ -1128,7 +950,8 @@ def version(model: mujoco.MjModel, flip: Flip) -> str:
                                   ROT_THRESHOLD)
 
 
-def report_reference(model: mujoco.MjModel, ref: Reference, f: Feasibility, log=print) -> dict:
+def report_reference(model: mujoco.MjModel, ref: Reference, f: motion.Feasibility,
+                     log=print) -> dict:
   """Prints what the flip asks of the robot against its limits; returns it as a dict."""
   v = ref.takeoff_velocity
   i_off = round(ref.takeoff_s / (FRAME_DT / FINE))
@@ -1143,7 +966,8 @@ def report_reference(model: mujoco.MjModel, ref: Reference, f: Feasibility, log=
   over = [i for i in order if f.torque_ratio[i] > 1.0]
   log("feasibility: peak torque / limit: " + ", ".join(
     f"{names[i]} {f.torque_ratio[i]:.2f}" for i in order[:6]))
-  for phase, ratio in f.phase_ratio.items():
+  phase_ratio = {phase: f.peak_ratio(rows) for phase, rows in phases(ref).items()}
+  for phase, ratio in phase_ratio.items():
     top = np.argsort(-ratio)[:4]
     log(f"feasibility:   {phase:8s} " + ", ".join(f"{names[i]} {ratio[i]:.2f}" for i in top))
   floor = {k: v for k, v in f.worst.items() if k != "torque"}
@@ -1155,13 +979,13 @@ def report_reference(model: mujoco.MjModel, ref: Reference, f: Feasibility, log=
   else:
     worst = ", ".join(f"{names[i]} {f.torque_ratio[i]:.1f}x" for i in over[:8])
     log(f"feasibility: NOT within the G1's limits: torques exceed them ({worst or 'none'})"
-        + ("" if f.worst["cop toe m"][0] <= SOLE_X[1] and f.worst["cop heel m"][0] >= SOLE_X[0]
+        + ("" if f.worst["cop toe m"][0] <= SOLE.x[1] and f.worst["cop heel m"][0] >= SOLE.x[0]
            else "; the centre of pressure leaves the soles"))
   return {"takeoff_velocity": v, "flight_s": ref.flight_s, "apex_m": ref.apex_m,
           "momentum": ref.momentum, "takeoff_rate": ref.takeoff_rate,
           "torque_ratio": dict(zip(names, f.torque_ratio.tolist(), strict=True)),
           "phase_torque_ratio": {phase: dict(zip(names, r.tolist(), strict=True))
-                                 for phase, r in f.phase_ratio.items()},
+                                 for phase, r in phase_ratio.items()},
           "floor": floor, "feasible": f.ok}
 
 
@@ -1183,7 +1007,7 @@ def prepare(args: argparse.Namespace, log=print):
 
 def floor_columns(sim: mjbatch_jax.Simulator) -> np.ndarray:
   return np.array([sim.names.sensor(f"floor contact {label}").start
-                   for label, _ in CONTACT_SENSORS])
+                   for label in (*FOOT_SENSORS, "robot")])
 
 
 def evaluate(sim, clip: dict, start, plan: dict, nstep: int, robust: int, seed: int) -> dict:
@@ -1237,8 +1061,8 @@ def _tracking_errors(out: dict, sim: mjbatch_jax.Simulator, clip: dict, nstep: i
   obs = mjbatch_jax.forward(jnp.asarray(knots), sim.params(len(knots)), ("xpos", "xquat"))
   ids = np.asarray(sim.names.bodies(list(TRACKED)))
   held = np.minimum(np.arange(1, len(knots) + 1), len(clip["qpos"]) - 1)
-  out["errors"] = np.asarray(errors(obs["xpos"][:, ids], obs["xquat"][:, ids],
-                                    clip["xpos"][held], clip["xquat"][held]))
+  out["errors"] = np.asarray(motion.pose_errors(obs["xpos"][:, ids], obs["xquat"][:, ids],
+                                                clip["xpos"][held], clip["xquat"][held]))
   return knots
 
 
@@ -1253,8 +1077,8 @@ def _evaluate_landing(sim, clip: dict, start, plan: dict, nstep: int, robust: in
   params = robot_params(sim, 1)
   if robust:
     params = with_nominal(sim, robust_params(sim, robust, seed))
-  open_xs, open_sensors = jax.jit(open_loop_replay, static_argnums=(0, 4))(
-    sim, params, start, holds[0, 0], nstep)
+  open_xs, open_sensors = jax.jit(control.open_loop, static_argnums=3)(params, start, holds[0, 0],
+                                                                       nstep)
   stand_height = float(np.asarray(start)[sim.layout.qpos][2])
   xs, sensors, chosen = landing_replay(sim, params, start, holds, landing_knots, nstep,
                                        stand_height)
@@ -1333,7 +1157,7 @@ def solve(args: argparse.Namespace) -> dict:
     cost = tracking_cost(sim, clip)
     start = start_state(sim, clip)
     one = sim.params(1)
-    total = jax.jit(lambda u: _plan_cost(cost, one, start, u, nstep))
+    total = jax.jit(lambda u: control.plan_cost(cost, one, start, u, nstep)[0])
     angles, servo = jnp.asarray(clip["angles"]), jnp.asarray(clip["servo"])
     costs = float(total(angles)), float(total(servo))
     guess = angles if costs[0] <= costs[1] else servo
@@ -1391,18 +1215,9 @@ def solve(args: argparse.Namespace) -> dict:
   return summary
 
 
-def open_loop_replay(sim: mjbatch_jax.Simulator, params, start, ctrls, nstep: int):
-  """ctrls replayed open-loop on each robot of params: every physics step's states and
-  sensordata, (N, S, ...) (one rollout call, a row per robot; traceable)."""
-  rows = len(params["body_mass"])
-  held = jnp.broadcast_to(jnp.repeat(jnp.asarray(ctrls), nstep, axis=0), (rows, len(ctrls) * nstep,
-                                                                         sim.nu))
-  return mjbatch_jax.rollout(jnp.broadcast_to(start, (rows, sim.nstate)), held, params)
-
-
 def open_loop_stands(sim: mjbatch_jax.Simulator, params, start, ctrls, nstep: int) -> list:
   """Whether ctrls replayed open-loop stands (see stands) on each robot of params."""
-  return stands_per_row(sim, *open_loop_replay(sim, params, start, ctrls, nstep))
+  return stands_per_row(sim, *control.open_loop(params, start, ctrls, nstep))
 
 
 def stands_per_row(sim: mjbatch_jax.Simulator, xs, sensors) -> list:
@@ -1457,9 +1272,9 @@ def flip_guard(sim: mjbatch_jax.Simulator, start, guess, nstep: int, seed: int, 
 
   def accept(states, ctrls):
     del states  # the plan is judged by its controls on the randomised robots
-    xs, sensors = open_loop_replay(sim, robots, start, ctrls, nstep)
+    xs, sensors = control.open_loop(robots, start, ctrls, nstep)
     value = (jnp.asarray(jnp.nan) if cost is None else
-             _plan_cost(cost, sim.params(1), start, ctrls, nstep))
+             control.plan_cost(cost, sim.params(1), start, ctrls, nstep)[0])
     return jax.pure_callback(keeps_the_flip, jax.ShapeDtypeStruct((), jnp.bool_), xs, sensors,
                              value)
 
@@ -1503,8 +1318,7 @@ def closed_loop_gains(sim: mjbatch_jax.Simulator, cost: control.Cost, start,
   one, ties to the smaller mu.
 
   The solve's own last gains are no choice: its mu is whatever the last step needed, and how
-  much feedback helps is measured, not assumed: about the saved plan, mu 1 stands on 0 of 16
-  validation robots and mu 100 on 12.
+  much feedback helps depends on the plan (docs/backflip.md).
   """
   one = sim.params(1)
   params = with_nominal(sim, robust_params(sim, VALIDATION, seed + 1))
@@ -1529,25 +1343,11 @@ def closed_loop_gains(sim: mjbatch_jax.Simulator, cost: control.Cost, start,
   return best_gains, best_mu
 
 
-def _plan_cost(cost: control.Cost, params, start, ctrls, nstep: int) -> jax.Array:
-  """The tracking cost of a plan replayed open-loop (as ilqr counts it)."""
-  states, _, obs = mjbatch_jax.rollout(start[None], ctrls[None], params, nstep=nstep,
-                                       observe=cost.observe)
-  first = mjbatch_jax.forward(start[None], params, cost.observe)
-  states = jnp.concatenate([start[None], states[0]])
-  obs = {k: jnp.concatenate([first[k], v[0]]) for k, v in obs.items()}
-  held = jnp.concatenate([ctrls, ctrls[-1:]])
-  t = jnp.arange(len(states))
-  r = jax.vmap(cost.residual)(states, held, obs, t)
-  return jnp.sum(cost_terms.knot_cost(cost.terms, r, cost_terms.weights(cost.terms,
-                                                                            len(ctrls))))
-
-
 # ----------------------------------------------------------------------------- the landing
 
 # knees-first turns far enough on the nominal robot, but link masses within 10% move its turn in
-# flight by up to 0.7 rad: it stands on a quarter of randomised robots. For it (LANDING_PROGRAMS)
-# three measured remedies follow the solve, in the order they act on the robot:
+# flight by up to 0.7 rad: alone it stands few randomised robots. For it (LANDING_PROGRAMS) three
+# remedies follow the solve, in the order they act on the robot (docs/backflip.md):
 # 1. landing_push: the push phases' synergy targets searched again (iLQR's tracking cost does
 #    not see the randomised robots) for what the landing needs of the flight: that some hold of
 #    the choice in 2. lands each robot on its feet alone where the landing MPC catches it
@@ -1566,19 +1366,13 @@ def _plan_cost(cost: control.Cost, params, start, ctrls, nstep: int) -> jax.Arra
 #    each knot. The plan's own controls stand only the nominal robot: the landing is where the
 #    randomised ones differ most.
 LANDING_PROGRAMS = ("knees-first",)
-# The push's search. Scoring each candidate by its turn in flight, each on 8 robots of its own,
-# and flying the best candidate seen stood 7 of 32 held-out robots: the best of noisy scores is
-# the luckiest draw, and the turn is not the landing. Scoring by the pelvis's pitch at touchdown
-# through the choice's holds stood 4-9 of 32 (the nominal robot fell). Scoring by the capture
-# offset through the holds, every candidate of an iteration on the same robots (the nominal one
-# and 8 randomised), each physics step, and flying CEM's final mean stood 12-22 of 32, but the
-# nominal robot fell in 2 of 4 runs: that mean, scored on 9 robots new each iteration, swings
-# from one iteration to the next and weighs the nominal robot as one of nine. So the nominal
-# robot counts twice in each candidate's score and its turn short of PUSH_TURN
-# PUSH_SHORT_WEIGHT times, and the mean flown is the best of every iteration's checked on
-# PUSH_CHECK_ROBOTS robots of their own: 19 of 32 and the nominal robot, turning 6.18 rad, under
-# one choice in flight and a 12-knot MPC (with the turn weighed once, 8 robots an iteration and a
-# hard rule in the check: 16 of 32, 5.87 rad; examples/results/README.md).
+# The push's search scores the landing, not the turn: each candidate through the choice's holds
+# by the capture offset at touchdown (landing_miss), every candidate of an iteration on the same
+# robots (the nominal one and PUSH_ROBOTS randomised), every physics step. CEM's mean, scored on
+# robots new each iteration, swings from one iteration to the next, and the best of noisy scores
+# is the luckiest draw: so the nominal robot counts twice in each candidate's score and its turn
+# short of PUSH_TURN PUSH_SHORT_WEIGHT times, and the mean flown is the best of every
+# iteration's, checked on PUSH_CHECK_ROBOTS robots of their own.
 PUSH_SAMPLES, PUSH_ITERATIONS, PUSH_ROBOTS, PUSH_SEED = 32, 15, 12, 3000
 PUSH_SHORT_WEIGHT = 4.0  # per radian of the nominal robot's turn short of PUSH_TURN
 PUSH_CHECK_ROBOTS, PUSH_CHECK_SEED = 32, 100  # see landing_push: which mean is flown
@@ -1586,28 +1380,21 @@ PUSH_SPAN = 32  # knots after the choice within which each robot must touch down
 PUSH_SPREAD = 0.1  # rad: CEM's first standard deviation of each synergy target
 TILT = 0.35  # rad added to the waist's and the hips' pitch targets: the pelvis tilts back
 TUCK_HOLDS = 5
-# The tilt's second choice. The hold chosen at the end of the tuck is predicted on the nominal
+# The tilt's second choice: the hold chosen at the end of the tuck is predicted on the nominal
 # model 25 knots ahead, where the robot's own masses move its touchdown; two knots before the tilt
 # (about 0.1 s before touchdown, in ballistic flight) the nominal model predicts the feet's
-# placement well. On the saved push (the solve before this choice), with the chosen hold's
-# landing_miss on each robot's own model <= 0.45 as the measure (it was for 19 of the 21 that
-# stood, and none above 0.5 stood): one choice 21 of 32 robots (seed 0), 35 of 48 (seed 5); the
-# tilt chosen as well 27 and 42, as many as a choice on each robot's own model would give.
+# placement well, as well as each robot's own model would.
 LANDING_TILTS = (TILT, -0.3, 0.0, 0.15, 0.25, 0.5)  # rad, the plan's own first
 TILT_LEAD = 2  # knots between the tilt's choice and its first knot
 # What says at touchdown whether the landing MPC can stand the robot: the capture offset, the
 # centre of mass's x ahead of the feet's midpoint plus its x velocity times CAPTURE_TAU (about
-# sqrt(z / g) at touchdown). The saved plan's closed loop on the nominal robot and 32 randomised
-# ones: all 8 that stood touched down at 0.105-0.212 m; all 18 below and 2 above fell. The
-# pelvis's pitch at touchdown did not say it (6 at 0.64-0.73 rad fell: they had held the tuck
-# longer and came down turning at 6-7 rad/s with the centre of mass moving back). A miss is scored
-# |offset - CAPTURE_GOAL| / CAPTURE_SCALE (see landing_miss); the plan's own hold is kept while
-# its miss is within CAPTURE_BAND / CAPTURE_SCALE.
+# sqrt(z / g) at touchdown): the robots that stood touched down with it at about 0.1-0.2 m, and
+# the pelvis's pitch alone did not tell them from those that fell (docs/backflip.md). A miss is
+# scored |offset - CAPTURE_GOAL| / CAPTURE_SCALE (see landing_miss); the plan's own hold is kept
+# while its miss is within CAPTURE_BAND / CAPTURE_SCALE.
 CAPTURE_TAU, CAPTURE_GOAL, CAPTURE_SCALE, CAPTURE_BAND = 0.21, 0.16, 0.2, 0.05
-# ...but a robot still spinning fast (the tuck held 0-1 knots longer, 14-19 rad/s at touchdown)
-# with the offset in that window fell when its pelvis touched down less than 0.43 rad forward
-# (0.38 and 0.40: one robot each of two plans, in the second the nominal one), while every one
-# that stood came down 0.44 rad forward or more: a miss adds the pitch's shortfall below
+# ...but a robot still spinning fast at touchdown with the offset in that window falls when its
+# pelvis touches down less than about 0.43 rad forward: a miss adds the pitch's shortfall below
 # PITCH_FLOOR over PITCH_SCALE.
 PITCH_FLOOR, PITCH_SCALE = 0.43, 0.1
 # The nominal robot's turn in flight that the push's search keeps: the target is
@@ -1615,21 +1402,16 @@ PITCH_FLOOR, PITCH_SCALE = 0.43, 0.1
 PUSH_TURN = 6.05
 EARLY_KNOTS = 3  # another body on the floor this soon after touchdown: a fall, not a landing
 # The landing MPC: CEM over 5 linear knots of the next 20 (0.4 s), 64 candidates, one iteration per
-# knot (128 and two gave the same landings on the robots tried, at four times the cost; 4 knots of
-# the next 12 stood 1 of the 12 robots that fell on the saved push with the tilt's choice, these 3
-# of them, at 1.8 times the cost); its cost has no time in it: bodies other than the feet on the
-# floor, the pelvis's height against standing, its z axis's tilt, the centre of mass over the feet's
-# midpoint, the root's and the joints' velocities, the controls against the standing targets (the
-# plan's last).
+# knot (more samples or iterations gave the same landings at several times the cost); its cost has
+# no time in it: bodies other than the feet on the floor, the pelvis's height against standing,
+# its z axis's tilt, the centre of mass over the feet's midpoint, the root's and the joints'
+# velocities, the controls against the standing targets (the plan's last).
 LAND_HORIZON = 20
 # The landing MPC takes over LAND_LEAD knots before the knot in which iLQR's plan lands: in flight,
 # from each robot's own state, it places the feet under a body turning at its own rate, warm
 # started from the hold and the tilt chosen (with the tilt chosen 3 knots before that knot, the
-# MPC starts at the tilt's choice). Started 2 knots after that knot instead (the solve before: the
-# chosen plan flown open loop through touchdown), 10 of seed 0's 32 randomised robots fell; run on
-# those 10 and 2 that fell in other runs, that MPC stood 2 of the 12; from 3 knots before, 9 (the
-# nominal robot and the other 20 stood under both); from the knot before each robot's own
-# touchdown (as the nominal model predicts it at the tilt's choice), 6.
+# MPC starts at the tilt's choice). Taken over after touchdown, it stands far fewer of the robots
+# that come down off the plan's timing (docs/backflip.md).
 LAND_LEAD = 3
 LAND_SETTINGS = control.CEMSettings(num_samples=64, num_knots=5, interpolation="linear", noise=0.1,
                                     iterations=1, num_elites=8, std_min=0.02)
@@ -1673,8 +1455,8 @@ def turn_in_flight(sim: mjbatch_jax.Simulator, states, floor) -> jax.Array:
 
 
 def feet_of(sim: mjbatch_jax.Simulator) -> np.ndarray:
-  """The body ids of the two feet (CONTACT_SENSORS' first two)."""
-  return np.asarray(sim.names.bodies([body for _, body in CONTACT_SENSORS[:2]]))
+  """The body ids of the two feet."""
+  return np.asarray(sim.names.bodies(list(FEET)))
 
 
 def touchdowns(sim: mjbatch_jax.Simulator, states, floor, window: int, obs=None) -> tuple:
@@ -1787,10 +1569,10 @@ def landing_push(sim: mjbatch_jax.Simulator, start, ctrl: np.ndarray, z: np.ndar
         f"(nominal {float(miss[0, 0]):.3f}), best {float(costs.min()):.3f}")
   means.append(mean)
   # Which mean is flown: each one, on PUSH_CHECK_ROBOTS robots drawn apart from the search's
-  # and the nominal one (check i is the mean "push CEM i + 1" sampled about). A hard rule (the
-  # nominal robot within the band and its turn not short) left no mean in one run of the solve:
-  # the nominal robot's shortfalls are weighed instead. One call per mean: all of them at once
-  # would keep every physics step of 16 x 33 x 5 rows with their observations, over 1 GB.
+  # and the nominal one (check i is the mean "push CEM i + 1" sampled about). The nominal robot's
+  # shortfalls are weighed, not required: a hard rule can leave no mean. One call per mean: all
+  # of them at once would keep every physics step of 16 x 33 x 5 rows with their observations,
+  # over 1 GB.
   check = with_nominal(sim, robust_params(sim, PUSH_CHECK_ROBOTS, seed + PUSH_CHECK_SEED))
   scores = []
   for i, candidate in enumerate(means):
@@ -1850,7 +1632,7 @@ def landing_cost(sim: mjbatch_jax.Simulator, stand_ctrl, stand_height: float) ->
   lay = sim.layout
   qpos, qvel = np.arange(sim.nstate)[lay.qpos], np.arange(sim.nstate)[lay.qvel]
   cols = floor_columns(sim)
-  feet = np.asarray(sim.names.bodies([body for _, body in CONTACT_SENSORS[:2]]))
+  feet = feet_of(sim)
   stand_ctrl = jnp.asarray(stand_ctrl)
 
   def residual(x, u, obs, t):
@@ -1930,7 +1712,7 @@ def plan_landing(sim: mjbatch_jax.Simulator, start, ctrl: np.ndarray, z: np.ndar
   # The knot in which the feet land (iLQR's plan, open loop, nominal robot): the tilt spans it and
   # a knot either side, the MPC takes over LAND_LEAD knots before it. The push's search scores the
   # holds with it.
-  xs, sensors = open_loop_replay(sim, robot_params(sim, 1), start, ctrl, nstep)
+  xs, sensors = control.open_loop(robot_params(sim, 1), start, ctrl, nstep)
   m = flip_metrics(np.asarray(xs[0])[:, sim.layout.qpos],
                    np.asarray(sensors[0])[:, floor_columns(sim)], dt)
   touch = round(m["touchdown_s"] / dt) // nstep
@@ -1942,7 +1724,7 @@ def plan_landing(sim: mjbatch_jax.Simulator, start, ctrl: np.ndarray, z: np.ndar
   pushed = landing_push(sim, start, ctrl, z, t_push, nstep, decide, tilt, push_iterations,
                         log=log)
   holds = tuck_holds(sim.model, pushed, decide, tilt)
-  xs, sensors = open_loop_replay(sim, robot_params(sim, 1), start, holds[0, 0], nstep)
+  xs, sensors = control.open_loop(robot_params(sim, 1), start, holds[0, 0], nstep)
   states = np.concatenate([np.asarray(start)[None], np.asarray(xs[0])[nstep - 1::nstep]])
   m = flip_metrics(np.asarray(xs[0])[:, sim.layout.qpos],
                    np.asarray(sensors[0])[:, floor_columns(sim)], dt)

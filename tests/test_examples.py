@@ -463,7 +463,7 @@ def test_g1_backflip_guard_keeps_the_saved_flip_and_refuses_a_fall():
     assert not bool(guarded(states, fallen))
     assert len(refused) == 1 and len(log) == 2
     assert "no longer lands and stands on the nominal robot" in log[1] and "refused" in log[1]
-    fallen_cost = float(flip._plan_cost(cost, sim.params(1), start, fallen, nstep))
+    fallen_cost = float(flip.control.plan_cost(cost, sim.params(1), start, fallen, nstep)[0])
     assert f"a step lowers the cost to {fallen_cost:.1f}, but" in log[1], log[1]
     none, _ = flip.flip_guard(sim, start, fallen, nstep, meta["seed"], log.append)
     assert none is None and "iLQR runs unguarded" in log[2]
