@@ -37,6 +37,30 @@ MODELS = EXAMPLES.parents[1] / "shared" / "models"
 G1_SCENE = MODELS / "unitree_g1" / "scene.xml"
 GO1_SCENE = MODELS / "unitree_go1" / "scene.xml"
 
+# The G1 whole-body trackers' cost (g1_tracking, g1_backflip: motion.tracking_cost's arguments):
+# twelve bodies, the pelvis first; weights per m^2 and rad^2 (the pelvis loose on the floor,
+# tight in height), and where each body's cost turns from quadratic to linear (the root's in
+# weighted z-metres).
+G1_TRACKED = ("pelvis", "torso_link", "left_knee_link", "right_knee_link", "left_ankle_roll_link",
+              "right_ankle_roll_link", "left_shoulder_roll_link", "right_shoulder_roll_link",
+              "left_elbow_link", "right_elbow_link", "left_wrist_yaw_link", "right_wrist_yaw_link")
+G1_TRACKING = {"pos_weight": np.array([[1.0, 1.0, 1000.0]] + [[100.0] * 3] * 11),
+               "rot_weight": 10.0, "ctrl_weight": 0.01, "pos_threshold": 0.05,
+               "rot_threshold": 0.25}
+
+
+def g1_tracking_parts() -> tuple:
+  """G1_TRACKING's values in the order the saved plans' fingerprints have always listed them."""
+  c = G1_TRACKING
+  return (c["pos_weight"].tolist(), c["rot_weight"], c["ctrl_weight"], c["pos_threshold"],
+          c["rot_threshold"])
+
+
+def g1_labels(bodies: Sequence[str]) -> tuple[str, ...]:
+  """Short names of G1 bodies for tables: "left ankle", "right hand"."""
+  return tuple(n.replace("_link", "").replace("_roll", "").replace("wrist_yaw", "hand")
+               .replace("_", " ") for n in bodies)
+
 
 def robot_scene(path: "str | Path | None", name: str) -> Path:
   """path, or the shared models' <name>/scene.xml; SystemExit saying where to get it if absent."""

@@ -114,21 +114,13 @@ jax.config.update("jax_enable_x64", True)
 import jax.numpy as jnp  # noqa: E402
 import mujoco  # noqa: E402
 import numpy as np  # noqa: E402
-from g1_tracking import (  # noqa: E402  # the seed's tracking cost: twelve bodies, its weights
-  CTRL_WEIGHT,
-  LABELS,
-  POS_THRESHOLD,
-  POS_WEIGHT,
-  ROT_THRESHOLD,
-  ROT_WEIGHT,
-  TRACKED,
-  tracking_cost,
-)
 
 import mjbatch_jax  # noqa: E402
 from mjbatch_jax import control, motion, tangent  # noqa: E402
 from mjbatch_jax.control import cost as cost_terms  # noqa: E402
 
+# The seed's tracking cost (examples/common.py: twelve bodies and their weights).
+TRACKED, LABELS = common.G1_TRACKED, common.g1_labels(common.G1_TRACKED)
 G = 9.81  # m/s^2, checked against the model's gravity
 FRAME_DT = 0.02  # s per frame of the clip and per knot of the plan
 FINE = 4  # the reference is built on a grid FINE times finer, for its derivatives
@@ -650,6 +642,12 @@ def load_model(path: Path | None) -> mujoco.MjModel:
 # -------------------------------------------------------------------------------- the clip
 
 
+def tracking_cost(sim: mjbatch_jax.Simulator, clip: dict) -> control.Cost:
+  """The tracked bodies against the clip (motion.tracking_cost with the seed's weights)."""
+  return motion.tracking_cost(sim, clip["xpos"], clip["xquat"], clip["qpos"], TRACKED,
+                              **common.G1_TRACKING)
+
+
 def clip_of(model: mujoco.MjModel, ref: Reference, feasible: motion.Feasibility,
             frames: int) -> dict:
   """The tracker's clip: per frame, qpos and the tracked bodies' poses; per knot, the servo
@@ -946,8 +944,7 @@ PLAN_KEYS = ("ctrl", "states", "start", "ref_qpos", "ref_xpos", "ref_xquat")
 def version(model: mujoco.MjModel, flip: Flip) -> str:
   """What a saved plan depends on: the model's bytes, the flip, the clip's grid and the cost."""
   return common.model_fingerprint(model, dataclasses.astuple(flip), FRAME_DT, FINE, TRACKED,
-                                  POS_WEIGHT.tolist(), ROT_WEIGHT, CTRL_WEIGHT, POS_THRESHOLD,
-                                  ROT_THRESHOLD)
+                                  *common.g1_tracking_parts())
 
 
 def report_reference(model: mujoco.MjModel, ref: Reference, f: motion.Feasibility,

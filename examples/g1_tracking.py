@@ -36,16 +36,7 @@ import mjbatch_jax  # noqa: E402
 from mjbatch_jax import control, motion, rotations  # noqa: E402
 
 CLIP_FRAMES, FRAME_DT = 200, 0.02
-TRACKED = ("pelvis", "torso_link", "left_knee_link", "right_knee_link", "left_ankle_roll_link",
-           "right_ankle_roll_link", "left_shoulder_roll_link", "right_shoulder_roll_link",
-           "left_elbow_link", "right_elbow_link", "left_wrist_yaw_link", "right_wrist_yaw_link")
-LABELS = tuple(n.replace("_link", "").replace("_roll", "").replace("wrist_yaw", "hand")
-               .replace("_", " ") for n in TRACKED)
-# Weights per m^2 and rad^2 (the pelvis loose on the floor, tight in height), and where each
-# body's cost turns from quadratic to linear (the root's in weighted z-metres).
-POS_WEIGHT = np.array([[1.0, 1.0, 1000.0]] + [[100.0] * 3] * 11)
-ROT_WEIGHT, CTRL_WEIGHT = 10.0, 0.01
-POS_THRESHOLD, ROT_THRESHOLD = 0.05, 0.25
+TRACKED, LABELS = common.G1_TRACKED, common.g1_labels(common.G1_TRACKED)
 PELVIS_MIN = 0.45  # m: upright means the pelvis stays above this at every frame
 # Contacts make the linearisation good only near the trajectory: a strong start for mu, and mu
 # raised after short steps (see control.ILQRSettings).
@@ -133,15 +124,10 @@ def reference(model: mujoco.MjModel, frames: int) -> dict[str, np.ndarray]:
 # -- the cost ------------------------------------------------------------------------------------
 
 
-errors = motion.pose_errors  # TODO(issue 48): g1_backflip imports it; gone when it moves
-
-
 def tracking_cost(sim: mjbatch_jax.Simulator, ref: dict) -> control.Cost:
   """State t against frame min(t, F - 1); control t against the angles of frame t + 1."""
   return motion.tracking_cost(sim, ref["xpos"], ref["xquat"], ref["qpos"], TRACKED,
-                              pos_weight=POS_WEIGHT, rot_weight=ROT_WEIGHT,
-                              ctrl_weight=CTRL_WEIGHT, pos_threshold=POS_THRESHOLD,
-                              rot_threshold=ROT_THRESHOLD)
+                              **common.G1_TRACKING)
 
 
 def metrics(sim, ref, start, ctrls, nstep) -> tuple[dict, np.ndarray]:
@@ -150,8 +136,8 @@ def metrics(sim, ref, start, ctrls, nstep) -> tuple[dict, np.ndarray]:
     start[None], jnp.asarray(ctrls)[None], sim.params(1), nstep=nstep, observe=("xpos", "xquat"))
   ids, frames = np.asarray(sim.names.bodies(list(TRACKED))), len(ctrls)
   held = np.minimum(np.arange(1, frames + 1), len(ref["qpos"]) - 1)
-  e = np.asarray(errors(obs["xpos"][0][:, ids], obs["xquat"][0][:, ids], ref["xpos"][held],
-                        ref["xquat"][held]))
+  e = np.asarray(motion.pose_errors(obs["xpos"][0][:, ids], obs["xquat"][0][:, ids],
+                                    ref["xpos"][held], ref["xquat"][held]))
   pos = 1e3 * np.linalg.norm(e[..., :3], axis=-1)
   rot = np.degrees(np.linalg.norm(e[..., 3:], axis=-1))
   height = np.asarray(states[0, :, sim.layout.qpos][:, 2])
@@ -182,8 +168,8 @@ def setup(args, frames: int):
   ref = reference(model, frames)
   start = sim.init_state(1)[0].at[sim.layout.qpos].set(ref["qpos"][0]).at[sim.layout.ctrl].set(
     ref["qpos"][0, 7:])  # at rest in the first pose, the servos holding it
-  version = common.model_fingerprint(model, KEYFRAMES, TRACKED, FRAME_DT, POS_WEIGHT.tolist(),
-                                     ROT_WEIGHT, CTRL_WEIGHT, POS_THRESHOLD, ROT_THRESHOLD)
+  version = common.model_fingerprint(model, KEYFRAMES, TRACKED, FRAME_DT,
+                                     *common.g1_tracking_parts())
   return model, sim, ref, start, version
 
 
