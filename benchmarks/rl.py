@@ -310,8 +310,13 @@ class PhysicsProbe:
     args = (start.data.row, ctrls, start.data.params)
     jax.block_until_ready(self._replay(*args))  # compiled (once) and warm
     best = least([timed(self._replay, *args) for _ in range(2)])
+    # The whole unroll as training runs it (the policy, the env's code around the physics, the
+    # wrappers): what the iteration spends beyond it is the SGD and the host's overhead.
+    unroll = least([timed(roll, params, start, jax.random.fold_in(key, 3 + i)) for i in range(2)])
     return {"physics_cpu_s": self.unrolls * best.cpu_s,
-            "physics_wall_s": self.unrolls * best.wall_s}
+            "physics_wall_s": self.unrolls * best.wall_s,
+            "unroll_cpu_s": self.unrolls * unroll.cpu_s,
+            "unroll_wall_s": self.unrolls * unroll.wall_s}
 
 
 def go1_task(threads: int) -> tuple[envs.Env, dict[str, Any], Any, Callable[[dict], bool]]:
@@ -412,6 +417,7 @@ def time_to_walk_row(name: str, threads: int, max_iterations: int, eval_every: i
   wall = np.diff([curve[-1].wall_s] + [p.wall_s for p in share])
   cpu = np.diff([curve[-1].cpu_s] + [p.cpu_s for p in share])
   physics = np.array([p.metrics["eval/physics_cpu_s"] for p in share])
+  unroll = np.array([p.metrics["eval/unroll_cpu_s"] for p in share])
   steady = slice(2, None)  # the first compiles the iteration, the second the probe's roll
   iteration_cpu = float(np.median(cpu[steady]))
   per_core = per_iteration / iteration_cpu
@@ -431,6 +437,12 @@ def time_to_walk_row(name: str, threads: int, max_iterations: int, eval_every: i
     "physics_share_cpu": float(np.median(physics[steady] / cpu[steady])),
     "physics_share_cpu_range": [float(np.min(physics[steady] / cpu[steady])),
                                 float(np.max(physics[steady] / cpu[steady]))],
+    # Where an iteration's CPU goes: the physics, the env code and policy around it (the unroll
+    # less its physics), the SGD and the host's overhead (the iteration less the unroll).
+    "profile_cpu_share": {
+      "physics": float(np.median(physics[steady] / cpu[steady])),
+      "env_and_policy": float(np.median((unroll[steady] - physics[steady]) / cpu[steady])),
+      "sgd_and_host": float(np.median((cpu[steady] - unroll[steady]) / cpu[steady]))},
     "env_steps_per_cpu_s": per_core,
     "substeps_per_cpu_s": per_core * env.n_substeps,
     "time_to_walk_16_threads_s": None if first is None else first.env_steps / (16 * per_core),
@@ -477,17 +489,24 @@ def time_to_walk(args: argparse.Namespace) -> None:
       if runs is not None:
         row.update(_minute_summary(runs))
       result["rows"][name] = row
-      ttw = ("not reached" if not row["passed"] else
-             f"{row['time_to_walk_s']:.0f} s ({row['time_to_walk_cpu_s']:.0f} CPU s, "
-             f"{row['time_to_walk_env_steps']:,} env steps, {row['time_to_walk_iterations']} "
-             f"iterations; {row['time_to_walk_16_threads_s']:.0f} s at 16 threads' rate)")
+      if "seeds" in row:
+        each = ", ".join("never" if r["time_to_walk_s"] is None else
+                         f"{r['time_to_walk_s']:.1f} s" for r in row["seeds"])
+        ttw = (f"median {row['time_to_walk_from_start_s']} s from the process's start "
+               f"(seeds: {each}), {row['time_to_walk_s']} s of training")
+      else:
+        ttw = ("not reached" if not row["passed"] else
+               f"{row['time_to_walk_s']:.0f} s ({row['time_to_walk_cpu_s']:.0f} CPU s, "
+               f"{row['time_to_walk_env_steps']:,} env steps, {row['time_to_walk_iterations']} "
+               f"iterations; {row['time_to_walk_16_threads_s']:.0f} s at 16 threads' rate)")
+      profile = ", ".join(f"{k} {v:.2f}" for k, v in row["profile_cpu_share"].items())
       print(f"{name}: time to walk {ttw}; compile {row['compile_s']:.1f} s "
             f"(CPU {row['compile_cpu_s']:.1f} s); iteration {row['iteration_cpu_s']:.2f} CPU s, "
             f"physics alone {row['physics_cpu_s']:.2f} CPU s: share "
             f"{row['physics_share_cpu']:.3f} ({row['physics_share_cpu_range'][0]:.3f}-"
             f"{row['physics_share_cpu_range'][1]:.3f}); {row['env_steps_per_cpu_s']:,.0f} env "
-            f"steps per CPU s ({row['substeps_per_cpu_s']:,.0f} substeps); load average "
-            f"{row['load_average'][1]:.1f}", flush=True)
+            f"steps per CPU s ({row['substeps_per_cpu_s']:,.0f} substeps); an iteration's CPU: "
+            f"{profile}; load average {row['load_average'][1]:.1f}", flush=True)
   finally:
     shutil.rmtree(folder, ignore_errors=True)
   out = write_result(args.out, "rl-time-to-walk", result)

@@ -330,6 +330,12 @@ def test_rl_time_to_walk_reports_its_row(tmp_path: Path) -> None:
   assert row["iteration_cpu_s"] > 0 and row["physics_cpu_s"] > 0
   assert 0 < row["physics_share_cpu"] < 1 and row["env_steps_per_cpu_s"] > 0
   assert "time to walk not reached" in proc.stdout
+  shares = row["profile_cpu_share"]
+  assert set(shares) == {"physics", "env_and_policy", "sgd_and_host"}
+  assert shares["physics"] == row["physics_share_cpu"] and shares["env_and_policy"] > 0
+  bad = subprocess.run([sys.executable, str(BENCHMARKS / "rl.py"), "--time-to-walk", "--seeds",
+                        "0,one"], capture_output=True, text=True, timeout=300)
+  assert bad.returncode == 2 and "--seeds '0,one': expected comma-separated" in bad.stderr
   bad = subprocess.run([sys.executable, str(BENCHMARKS / "rl.py"), "--time-to-walk", "--run",
                         "go1_joystick=/nonexistent.npz"], capture_output=True, text=True,
                        timeout=300)
