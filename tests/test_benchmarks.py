@@ -342,6 +342,30 @@ def test_rl_time_to_walk_reports_its_row(tmp_path: Path) -> None:
   assert bad.returncode == 2 and "expected TASK=CHECKPOINT" in bad.stderr, bad.stderr
 
 
+def test_ppo_sizes_reports_each_size_and_seed(tmp_path: Path) -> None:
+  # Two tiny sizes of the Go1 joystick, two iterations each (the check cannot pass so soon): the
+  # rows' plumbing, not their numbers; a size that does not divide is refused.
+  pytest.importorskip("brax.training.agents.ppo.train",
+                      reason="Brax is not installed: `pip install -e '.[rl]'` (brax 0.14)")
+  from tests.models import GO1, MODELS_MISSING
+
+  if not GO1.exists():
+    pytest.skip(MODELS_MISSING)
+  out = tmp_path / "results"
+  proc = subprocess.run(
+    [sys.executable, str(BENCHMARKS / "ppo_sizes.py"), "--sizes", "8x4x2x1,4x2x2x1",
+     "--max-iterations", "2", "--eval-every", "1", "--threads", "1", "--out", str(out)],
+    capture_output=True, text=True, timeout=900)
+  assert proc.returncode == 0, proc.stderr[-3000:]
+  rows = _only_json(out, "ppo-sizes-*.json")["rows"]
+  assert [(r["size"], r["seed"], r["walked"]) for r in rows] == [("8x4x2x1", 0, False),
+                                                                  ("4x2x2x1", 0, False)]
+  assert "8x4x2x1 seed 0: did not walk" in proc.stdout
+  bad = subprocess.run([sys.executable, str(BENCHMARKS / "ppo_sizes.py"), "--sizes", "8x4x3x1"],
+                       capture_output=True, text=True, timeout=300)
+  assert bad.returncode == 2 and "ENVS a multiple of MINIBATCHES" in bad.stderr, bad.stderr
+
+
 def _contact_pairs(model) -> set[tuple[str, str]]:
   import mujoco
 
