@@ -1,0 +1,250 @@
+"""The Unitree G1 jumps forward and lands on its feet: a program of servo targets found by CEM.
+
+  python examples/g1_jump.py [--samples 40] [--iterations 30] [--threads 2]
+  python examples/g1_jump.py --play [--robust 32]   # replay the saved plan: metrics, plot, GIF
+
+The 29 position servos' targets, both sides alike, go from standing through four poses of six
+synergies (hip, knee, ankle and waist pitch, shoulder pitch, elbow), each reached linearly in its
+own time, and back to standing (3 s). Started as crouch, push, flight and landing, the saved plan
+uses them as crouch, half rise, deep crouch and push, taking off on the way to the last.
+control.cem_search searches the 28 numbers, each candidate run open loop on the nominal robot
+and SEARCH_ROBOTS "search" robots of an Ensemble (robots()) in one rollout call; the plan is the
+best candidate or one of the last means, whichever passes on most "validation" robots. A robot
+passes (jump_metrics, from each step's floor contacts) when it lands (a flight of MIN_FLIGHT or
+more, then only the feet on the floor, both), is GOAL_DISTANCE ahead and has the pelvis above
+PELVIS_UPRIGHT UPRIGHT_GOAL_S after its last dip; the robust share counts "evaluation" robots.
+"""
+
+import dataclasses
+import functools
+import os
+import time
+
+os.environ.setdefault("MUJOCO_GL", "egl")  # --play renders headless
+
+import common  # noqa: E402
+import jax  # noqa: E402
+
+jax.config.update("jax_enable_x64", True)
+
+import jax.numpy as jnp  # noqa: E402
+import mujoco  # noqa: E402
+import numpy as np  # noqa: E402
+
+import mjbatch_jax  # noqa: E402
+from mjbatch_jax import control, ensemble, motion  # noqa: E402
+
+NSTEP, KNOT_S, KNOTS = 10, 0.02, 150  # 3 s of knots of 10 physics steps
+FEET = {"left foot": "left_ankle_roll_link", "right foot": "right_ankle_roll_link"}
+SYNERGIES = ("hip_pitch", "knee", "ankle_pitch", "waist_pitch", "shoulder_pitch", "elbow")
+PHASES = ("crouch", "push", "flight", "land")
+# Where the search starts (an earlier search's end): per phase, targets (rad) and time to them (s).
+PROGRAM = np.array([[-1.50, 1.33, -0.73, 0.61, 0.99, 0.62, 0.324],
+                    [-0.59, 0.12, -0.40, 0.41, -1.56, 0.23, 0.177],
+                    [-1.88, 1.54, -0.49, 0.37, -0.22, 0.96, 0.162],
+                    [-0.78, 1.06, -0.27, 0.59, 0.29, -0.19, 0.380]])
+SPREAD = np.r_[[0.25] * len(SYNERGIES), 0.05]  # CEM's first standard deviations, per phase
+MIN_PHASE_S, MAX_PHASE_S, RAMP_S = 0.06, 0.8, 0.5  # s; RAMP_S: from landing to standing
+PELVIS_UPRIGHT, MIN_FLIGHT, GOAL_DISTANCE, UPRIGHT_GOAL_S = 0.6, 0.1, 0.5, 1.0  # m, s, m, s
+# The search's score per robot: metres forward and seconds in the air (capped: landing matters
+# more than going further), shares of knots with a body other than the feet on the floor and,
+# over the last STAND_S, with the pelvis low, and its mean tilt (1 - cos) there.
+DISTANCE_CAP, FLIGHT_CAP, STAND_S = 0.75, 0.15, 1.2
+WEIGHTS = {"distance": 20.0, "flight": 10.0, "touch": 100.0, "low": 20.0, "tilt": 20.0}
+# Robots each candidate runs on; the last means the plan is chosen from, and on how many robots.
+SEARCH_ROBOTS, CHOICES, VALIDATION_ROBOTS = 5, 5, 16
+
+
+@dataclasses.dataclass(frozen=True)
+class JumpConfig:
+  """What the solve depends on besides the model and the constants above."""
+  samples: int = 40
+  iterations: int = 30
+  seed: int = 0
+
+
+def load_model(path) -> tuple[mujoco.MjModel, list[np.ndarray], np.ndarray]:
+  """The G1 scene with floor-contact sensors, each synergy's actuator ids, the sensors' slots."""
+  path = common.robot_scene(path, "unitree_g1")
+  spec = mujoco.MjSpec.from_file(str(path))
+  try:
+    sensors = motion.floor_contact_sensors(spec, FEET, robot="pelvis")
+  except ValueError as e:
+    raise SystemExit(f"{path}: {e} (the jump needs the Unitree G1's bodies and floor)") from None
+  model = spec.compile()
+  names = {model.actuator(i).name: i for i in range(model.nu)}
+  columns = [[f"{s}_joint"] if s.startswith("waist") else [f"left_{s}_joint", f"right_{s}_joint"]
+             for s in SYNERGIES]
+  if not set(sum(columns, [])) <= set(names) or model.nkey == 0:
+    raise SystemExit(f"{path}: expected actuators {columns} and a standing keyframe, as the "
+                     "Unitree G1 has")
+  return (model, [np.array([names[n] for n in c]) for c in columns],
+          np.array([model.sensor(n).adr[0] for n in sensors]))
+
+
+def program_ctrls(model: mujoco.MjModel, columns: list[np.ndarray], z: jax.Array) -> jax.Array:
+  """(KNOTS, nu) servo targets of a program z (PROGRAM's shape, flattened): from standing, each
+  phase's targets reached linearly over its duration, then standing's again over RAMP_S."""
+  stand = jnp.asarray(model.key_ctrl[0])
+  phases = z.reshape(len(PHASES), len(SYNERGIES) + 1)
+  keys = jnp.broadcast_to(stand, (len(PHASES) + 2, model.nu))
+  for j, ids in enumerate(columns):
+    keys = keys.at[1:-1, ids].set(phases[:, j:j + 1])
+  times = jnp.cumsum(jnp.r_[0.0, phases[:, -1], RAMP_S])
+  t = jnp.arange(KNOTS) * KNOT_S
+  ctrls = jax.vmap(lambda column: jnp.interp(t, times, column), out_axes=1)(keys.T)
+  return jnp.clip(ctrls, *model.actuator_ctrlrange.T)
+
+
+def robots(sim: mjbatch_jax.Simulator) -> ensemble.Ensemble:
+  """Link masses x[0.9, 1.1]; floor friction [0.6, 1.0], at least the feet's: the contacts' own."""
+  friction = sim.model.geom_friction[sim.model.geom("floor").id]
+  draw = functools.partial(mjbatch_jax.randomize, scale={"body_mass": (0.9, 1.1)}, uniform={
+    "geom_friction": (np.r_[0.6, friction[1:]], np.r_[1.0, friction[1:]])})
+  return ensemble.Ensemble(sim, ("body_mass", "geom_friction"), draw,
+                           select={"geom_friction": ["floor"]}, set_const=True)
+
+
+def search_score(slots, sim, start, states, sensors):
+  """Each run's score (lower is better) from its knots' states and floor contacts."""
+  floor, qpos = sensors[..., slots], states[..., sim.layout.qpos]
+  robot, feet = floor[..., 2], floor[..., 0] + floor[..., 1]
+  stand = slice(-round(STAND_S / KNOT_S), None)
+  tilt = 2 * (qpos[..., stand, 4] ** 2 + qpos[..., stand, 5] ** 2)  # 1 - cos, from the quaternion
+  terms = {"distance": -jnp.minimum(qpos[..., -1, 0] - start[sim.layout.qpos][0], DISTANCE_CAP),
+           "flight": -jnp.minimum(jnp.sum(robot == 0, -1) * KNOT_S, FLIGHT_CAP),
+           "touch": jnp.mean(robot > feet, -1),
+           "low": jnp.mean(qpos[..., stand, 2] < PELVIS_UPRIGHT, -1), "tilt": jnp.mean(tilt, -1)}
+  return jnp.sum(jnp.stack([WEIGHTS[name] * value for name, value in terms.items()]), axis=0)
+
+
+def solve(model, columns, slots, sim, start, config: JumpConfig) -> control.CEMSearchResult:
+  """CEM over programs, each run on the nominal robot and fresh search robots every iteration."""
+  ens, count = robots(sim), SEARCH_ROBOTS + 1
+
+  def objective(z, iteration):
+    params = ens.params("search", SEARCH_ROBOTS, iteration=iteration)
+    params = jax.tree.map(lambda a: jnp.tile(a, (z.shape[0],) + (1,) * (a.ndim - 1)), params)
+    ctrls = jnp.repeat(jax.vmap(functools.partial(program_ctrls, model, columns))(z), count, 0)
+    states, sensors = mjbatch_jax.rollout(jnp.broadcast_to(start, (len(ctrls), len(start))),
+                                          ctrls, params, nstep=NSTEP)
+    return search_score(slots, sim, start, states, sensors).reshape(-1, count).mean(-1)
+
+  lo = np.tile(np.r_[[-np.inf] * len(SYNERGIES), MIN_PHASE_S], len(PHASES))
+  hi = np.tile(np.r_[[np.inf] * len(SYNERGIES), MAX_PHASE_S], len(PHASES))
+  return control.cem_search(objective, PROGRAM.ravel(), np.tile(SPREAD, len(PHASES)),
+                            key=jax.random.key(config.seed), iterations=config.iterations,
+                            num_samples=config.samples, lower=lo, upper=hi, smoothing=0.2,
+                            log=lambda it: print(f"iteration {it.iteration}: best "
+                                                 f"{it.best_value:.3f}", flush=True))
+
+
+def jump_metrics(qpos: np.ndarray, floor: np.ndarray, origin: np.ndarray, dt: float) -> dict:
+  """A replay's numbers from each physics step's qpos and floor counts; origin: the start's x, y."""
+  robot, feet = floor[:, 2], floor[:, 0] + floor[:, 1]
+  edges = np.diff(np.r_[0, robot == 0, 0].astype(int))
+  offs, downs = np.flatnonzero(edges == 1), np.flatnonzero(edges == -1)
+  off, down = map(int, max(zip(offs, downs, strict=True), key=lambda r: r[1] - r[0],
+                          default=(0, 0)))
+  after = slice(down, None)
+  landed = bool((down - off) * dt >= MIN_FLIGHT and down < len(qpos)
+                and np.all(robot[after] == feet[after])
+                and np.any((floor[after, 0] > 0) & (floor[after, 1] > 0)))
+  low = np.flatnonzero(qpos[after, 2] <= PELVIS_UPRIGHT)
+  first_up = down + (int(low[-1]) + 1 if len(low) else 0)
+  out = {"distance_m": float(qpos[-1, 0] - origin[0]), "flight_s": (down - off) * dt,
+         "apex_m": float(qpos[:, 2].max()), "takeoff_s": off * dt, "touchdown_s": down * dt,
+         "landed": landed, "upright_s": (len(qpos) - first_up) * dt if landed else 0.0,
+         "final_height_m": float(qpos[-1, 2]), "drift_m": float(qpos[-1, 1] - origin[1])}
+  out["passed"] = bool(landed and out["distance_m"] >= GOAL_DISTANCE
+                       and out["upright_s"] >= UPRIGHT_GOAL_S)
+  return out
+
+
+def replay(slots, sim, start, ctrls, params) -> tuple[list[dict], np.ndarray]:
+  """The metrics of ctrls on each robot of params, and row 0's states at every physics step."""
+  states, sensors = control.open_loop(params, start, jnp.asarray(ctrls), NSTEP)
+  qpos, floor = np.asarray(states[..., sim.layout.qpos]), np.asarray(sensors[..., slots])
+  origin, dt = np.asarray(start[sim.layout.qpos][:2]), sim.model.opt.timestep
+  return ([jump_metrics(q, f, origin, dt) for q, f in zip(qpos, floor, strict=True)],
+          np.asarray(states[0]))
+
+
+def choose(columns, slots, sim, start, result: control.CEMSearchResult) -> jax.Array:
+  """The search's candidate that passes on most validation robots (ties: nominal, distance)."""
+  params = robots(sim).params("validation", VALIDATION_ROBOTS)
+  scores = []
+  for z in (result.best, *result.means[-CHOICES:, 0]):
+    metrics, _ = replay(slots, sim, start, program_ctrls(sim.model, columns, z), params)
+    scores.append((sum(m["passed"] for m in metrics[1:]), metrics[0]["passed"],
+                   np.mean([m["distance_m"] for m in metrics]), z))
+    print(f"validation: {scores[-1][0]} of {VALIDATION_ROBOTS} pass", flush=True)
+  return max(scores, key=lambda s: s[:3])[3]
+
+
+def summarise(metrics: list[dict]) -> dict:
+  """The nominal robot's metrics and the shares of the randomised ones that pass and land."""
+  passed = ensemble.evaluate(metrics, lambda m: m["passed"])
+  landed = ensemble.evaluate(metrics, lambda m: m["landed"])
+  print(f"robust: {passed} (landed: {landed.passing} of {landed.robots})")
+  return {**metrics[0], "robust_robots": passed.robots, "robust_share": passed.share,
+          "robust_landed_share": landed.share,
+          "robust_min_distance_m": min(m["distance_m"] for m in metrics[1:])}
+
+
+def plot_and_video(args, model, sim, rows: np.ndarray, summary: dict) -> None:
+  qpos, t = rows[:, sim.layout.qpos], model.opt.timestep * np.arange(1, len(rows) + 1)
+  targets = {n: rows[:, sim.layout.ctrl][:, model.actuator(f"left_{n}_joint").id]
+             for n in ("hip_pitch", "knee", "ankle_pitch")}
+  common.plot_series(args.out.with_suffix(".png"), t, {
+    "pelvis forward (m)": {"x": qpos[:, 0] - qpos[0, 0]}, "servo targets (rad)": targets,
+    "pelvis height (m)": {"z": qpos[:, 2], "upright threshold": np.full(len(t), PELVIS_UPRIGHT)}},
+    title=f"G1 jump: {summary['distance_m']:.2f} m, flight {summary['flight_s']:.2f} s")
+  print(common.render(model, rows[::2 * NSTEP], args.out.with_suffix(".gif"), 1 / (2 * KNOT_S),
+                      track_body="pelvis", distance=2.5, azimuth=90.0))
+
+
+def main(argv=None) -> dict:
+  parser = common.example_parser("g1_jump", "Unitree G1: a forward jump by CEM.", threads=2)
+  parser.add_argument("--model", help="the G1's scene.xml (default: shared models)")
+  for flag, low, what in (("samples", 4, "CEM candidates"), ("iterations", 0, "CEM iterations")):
+    parser.add_argument(f"--{flag}", type=common.int_in(low, 4096, what),
+                        default=getattr(JumpConfig, flag))
+  parser.add_argument("--robust", type=common.int_in(1, 4096, "evaluation robots"), default=32)
+  args = common.parse(parser, argv)
+  config = JumpConfig(args.samples, args.iterations, args.seed)
+  model, columns, slots = load_model(args.model)
+  version = common.model_fingerprint(model, config, PROGRAM.tolist(), SPREAD.tolist(), WEIGHTS, (
+    SYNERGIES, NSTEP, KNOT_S, KNOTS, RAMP_S, MIN_PHASE_S, MAX_PHASE_S, PELVIS_UPRIGHT, MIN_FLIGHT,
+    GOAL_DISTANCE, UPRIGHT_GOAL_S, DISTANCE_CAP, FLIGHT_CAP, STAND_S, SEARCH_ROBOTS, CHOICES,
+    VALIDATION_ROBOTS))
+  with mjbatch_jax.Simulator(model, num_threads=args.threads) as sim:
+    start = sim.init_state(1)[0].at[sim.layout.qpos].set(model.key_qpos[0])  # at rest, standing
+    start = start.at[sim.layout.ctrl].set(model.key_ctrl[0])
+    if args.play:
+      arrays, saved = common.load_result(args.out, "g1_jump", version, ("program", "ctrls"))
+      program, ctrls = arrays["program"], arrays["ctrls"]
+      head = {key: saved[key] for key in ("solve_wall_s", "best_value")}
+    else:
+      begin = time.perf_counter()
+      result = solve(model, columns, slots, sim, start, config)
+      program = choose(columns, slots, sim, start, result)
+      ctrls = np.asarray(program_ctrls(model, columns, program))
+      head = {"solve_wall_s": time.perf_counter() - begin, "best_value": float(result.best_value)}
+    metrics, rows = replay(slots, sim, start, ctrls,
+                           robots(sim).params("evaluation", args.robust))
+  summary = {**head, **summarise(metrics)}
+  if args.play:
+    plot_and_video(args, model, sim, rows, summary)
+  else:
+    common.save_result(args.out, "g1_jump", {"program": program, "ctrls": ctrls},
+                       {**summary, "config": config}, version)
+    common.write_json(args.out.with_suffix(".json"), summary)
+    print(f"saved to {args.out}; per phase {PHASES}, targets (rad) and duration (s):\n"
+          f"{np.array2string(np.asarray(program).reshape(len(PHASES), -1), precision=3)}")
+  common.print_summary(summary)
+  return summary
+
+
+if __name__ == "__main__":
+  main()
