@@ -147,7 +147,7 @@ def feasibility(model: mujoco.MjModel, qpos: Any, qvel: Any, qacc: Any, contact:
                      f"its rows), it has {len(free)}")
   root = slice(int(model.jnt_dofadr[free[0]]), int(model.jnt_dofadr[free[0]]) + 6)
   joint_of = model.actuator_trnid[:, 0]
-  scalar = (mujoco.mjtJoint.mjJNT_HINGE, mujoco.mjtJoint.mjJNT_SLIDE)
+  scalar = [int(mujoco.mjtJoint.mjJNT_HINGE), int(mujoco.mjtJoint.mjJNT_SLIDE)]
   on_joint = (model.actuator_trntype == mujoco.mjtTrn.mjTRN_JOINT) & np.isin(
     model.jnt_type[joint_of], scalar)
   if not np.all(on_joint):

@@ -217,7 +217,8 @@ class IK:
     self.tolerance = v.number("tolerance", tolerance, 0.0)
     self.active_set_passes = v.integer("active_set_passes", active_set_passes, 1)
     free = mujoco.mjtJoint.mjJNT_FREE
-    scalar = np.isin(model.jnt_type, (mujoco.mjtJoint.mjJNT_HINGE, mujoco.mjtJoint.mjJNT_SLIDE))
+    scalar = np.isin(model.jnt_type, [int(mujoco.mjtJoint.mjJNT_HINGE),
+                                      int(mujoco.mjtJoint.mjJNT_SLIDE)])
     # The joints that the posture pulls and that limits clip: hinges and slides, one qpos and one
     # dof each. The free joints' dofs are the root's, which free_root=False holds still.
     self._joint_qpos = model.jnt_qposadr[scalar]
