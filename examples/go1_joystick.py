@@ -339,10 +339,8 @@ FLAGS = {"collisions": "full", "num_envs": 1024, "unroll": 24, "minibatches": 4,
 # wall-clock time to walk on 2 cores, measured (docs/rl.md).
 PRESETS: dict[str, dict[str, Any]] = {
   # Small batches, many SGD passes: 256 envs x 16 steps (4,096 env steps) per iteration, 8
-  # minibatches x 16 epochs, the adaptive learning rate's KL target doubled. Against the full
-  # size (1024 x 24, 4 x 5 passes) on the feet model it walks after a sixth of the env steps
-  # and a quarter of the CPU time; fewer envs walked after fewer env steps still but varied more
-  # with the seed, and more passes (24) or a larger KL target (0.03) walked later (docs/rl.md).
+  # minibatches x 16 epochs, the adaptive learning rate's KL target doubled: on 2 cores more
+  # learning per sample costs less wall clock than the samples it saves (docs/rl.md, measured).
   "minute": {"flags": {"collisions": "feet", "num_envs": 256, "unroll": 16, "minibatches": 8,
                        "epochs": 16, "learning_rate": 1e-3},
              "ppo": {"desired_kl": 0.02}, "network": {}, "eval_every": 5, "iterations": 2000},
