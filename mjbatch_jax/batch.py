@@ -255,6 +255,12 @@ class Joint:
 class Actuator:
   """An actuator's live (N,) slices of ctrl and actuator_force.
 
+  Attributes:
+    ctrl: (N,) the actuator's control in each simulation, an input: a write is applied at the
+      simulation's next call.
+    force: (N,) the actuator's actuator_force in each simulation, an output copied out after
+      each call (so as of the last call).
+
   Example:
     batch.actuator("servo").ctrl[:] = 0.5
   """
@@ -279,6 +285,11 @@ class Body:
 @dataclass(frozen=True)
 class Site:
   """A site's live (N, ...) slices of site_xpos and site_xmat.
+
+  Attributes:
+    xpos: (N, 3) the site's position in the world frame, per simulation.
+    xmat: (N, 9) the site's orientation per simulation, a row-major 3 x 3 rotation matrix
+      (its columns are the site's axes in the world frame), as MuJoCo's site_xmat.
 
   Example:
     tip = batch.site("tip").xpos  # (N, 3)
@@ -377,6 +388,24 @@ class Batch:
     forward: bool = False,
     persistent: bool = False,
   ) -> None:
+    """Makes the engine: num_sims copies of the model's state, on a pool of threads.
+
+    Args:
+      model: the mujoco.MjModel to simulate; the batch keeps a reference (`batch.model`).
+      num_sims: the number of simulations, an int in [1, 2**31 - 1].
+      num_threads: the threads that run them, an int; 0 (default) one per CPU, at most 4 per
+        CPU (and never more than num_sims).
+      forward: if True, step() also runs mj_forward on each new state, so that derived fields
+        (xpos, sensordata, ...) describe the state after the step rather than the one before
+        its last substep.
+      persistent: if True, keep one MjData per simulation instead of one per thread (memory
+        then follows simulations), so that what the state rows do not hold survives between
+        calls; models that enable sleep (or IPC) need it.
+
+    Raises:
+      ValueError: model is not an MjModel, num_sims or num_threads is out of range, or the
+        model enables sleep (or IPC) without persistent=True.
+    """
     if not isinstance(model, _mj.MjModel):
       raise ValueError(f"model must be a mujoco.MjModel, got {type(model).__name__}")
     num_sims = _int_arg("num_sims", num_sims, 1, _INT32_MAX)

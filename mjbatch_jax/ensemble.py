@@ -39,9 +39,10 @@ from mjbatch_jax import _validate
 from mjbatch_jax.params import Params
 from mjbatch_jax.simulator import Simulator
 
-# The purposes a robustness study usually keeps apart: robots a search optimises on, robots a
-# choice (of gains, of a checkpoint) is made on, and robots the result is reported on.
 DEFAULT_SEEDS = {"search": 0, "validation": 1, "evaluation": 2}
+"""An Ensemble's seeds unless given: purpose -> seed for the purposes a robustness study
+usually keeps apart: robots a search optimises on ("search"), robots a choice (of gains, of a
+checkpoint) is made on ("validation"), and robots the result is reported on ("evaluation")."""
 
 # Seeds are jax.random.key's: non-negative and within 32 bits, the same on every platform.
 _MAX_SEED = 2**32 - 1
@@ -334,6 +335,18 @@ def _rows(metrics: Any) -> list[Any]:
 def per_robot(outputs: Any, name: str = "outputs") -> list[Any]:
   """outputs, a pytree of (N, ...) arrays (a replay's states and sensordata, say), as N pytrees
   of numpy arrays, one per robot: the list evaluate takes.
+
+  Args:
+    outputs: a pytree (an array, a tuple, a dict, ...) of arrays that share their first
+      dimension N, one row per robot.
+    name: what to call outputs in the error message (default "outputs").
+
+  Returns:
+    A list of N pytrees of outputs' structure, row i of every leaf in the i-th, as numpy
+    arrays.
+
+  Raises:
+    ValueError: outputs has no leaves, a scalar leaf, or leaves whose first dimensions differ.
 
   Example:
     states, sensordata = control.open_loop(params, start, ctrls, nstep)

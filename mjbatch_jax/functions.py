@@ -18,6 +18,8 @@ from mjbatch_jax.errors import simulation_errors
 from mjbatch_jax.params import Params
 
 NWARNING = _ffi.NWARNING
+"""The number of MuJoCo's warning kinds, mjNWARNING: the last dimension of the warning counts
+that `step(..., return_warnings=True)` and `rollout` return, indexed by mujoco.mjtWarning."""
 
 _NOT_DIFFERENTIABLE = (
   "{name}(..., {option}=True) is not differentiable: call it without {option} to take"

@@ -28,20 +28,33 @@ from typing import IO
 
 # What each process finds in its environment; mjbatch_jax.distributed reads them. (Here rather
 # than there, so that the launcher itself never imports jax.)
-ENV_COORDINATOR = "MJBATCH_JAX_COORDINATOR"  # host:port of process 0's coordination service
+ENV_COORDINATOR = "MJBATCH_JAX_COORDINATOR"
+"""The environment variable of the coordinator's address, "host:port" of process 0's
+coordination service, which the launcher sets for every process and
+mjbatch_jax.distributed.initialize reads (with ENV_NUM_PROCESSES and ENV_PROCESS_ID)."""
 ENV_NUM_PROCESSES = "MJBATCH_JAX_NUM_PROCESSES"
+"""The environment variable of how many processes the job has, an int; set by the launcher,
+read by mjbatch_jax.distributed.initialize."""
 ENV_PROCESS_ID = "MJBATCH_JAX_PROCESS_ID"
-ENV_TIMEOUT = "MJBATCH_JAX_PEER_TIMEOUT"  # seconds of silence after which a peer is lost
-# Seconds for every process to arrive at the coordinator (default max(60, 4 x peer timeout)).
+"""The environment variable of this process's id (rank), an int in [0, num_processes); set by
+the launcher, read by mjbatch_jax.distributed.initialize."""
+ENV_TIMEOUT = "MJBATCH_JAX_PEER_TIMEOUT"
+"""The environment variable of the seconds of silence after which a process counts a peer as
+lost (a number > 0; default DEFAULT_TIMEOUT): initialize's timeout where none is passed, set by
+the launcher's --peer-timeout."""
 ENV_START_TIMEOUT = "MJBATCH_JAX_START_TIMEOUT"
+"""The environment variable of the seconds within which every process must arrive at the
+coordinator (a number > 0; default max(60, 4 x the peer timeout)); past it initialize raises
+PeerLostError naming those that never arrived."""
 
 # Seconds between SIGTERM and SIGKILL: short, as JAX's preemption notifier takes SIGTERM as a
 # notice to checkpoint and carries on.
 _TERM_WAIT = 2.0
 _PEER_LOST_WAIT = 3.0  # seconds to wait for the cause after a rank exits with EXIT_PEER_LOST
-# The exit status of a process that stopped because another failed or went silent; the same as
-# mjbatch_jax.distributed.EXIT_PEER_LOST.
 EXIT_PEER_LOST = 75
+"""The exit status of a process stopped because another one failed or went silent (sysexits'
+EX_TEMPFAIL, "temporary failure, try again": for training, resume from the checkpoint). The
+launcher reports the first rank that failed with another status as the cause."""
 
 
 def free_port() -> int:
@@ -224,6 +237,24 @@ def _split(argv: Sequence[str]) -> tuple[list[str], list[str]]:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+  """The command line `python -m mjbatch_jax.launch -n N [options] (script.py | -m module) ...`.
+
+  Parses the launcher's options (-n/--num-processes, --port, --grace, --timeout,
+  --peer-timeout, as `launch` takes them) up to the script or "-m", and runs the rest of the
+  words as the command of every process.
+
+  Args:
+    argv: the words after the program's name (default: sys.argv[1:]).
+
+  Returns:
+    The exit status, as `launch` returns it.
+
+  Raises:
+    SystemExit: for bad options or no command (argparse's usage error, status 2).
+
+  Example:
+    status = main(["-n", "2", "examples/pg_distributed.py", "--iterations", "10"])
+  """
   parser = argparse.ArgumentParser(
     prog="python -m mjbatch_jax.launch",
     usage="python -m mjbatch_jax.launch -n N [options] (script.py | -m module) [args ...]",

@@ -38,6 +38,26 @@ class StateLayout:
     qpos = state[..., layout.qpos]              # (N, nq)
     state = state.at[..., layout.ctrl].set(u)   # jnp
     start, stop, shape = layout.entry("mocap_pos")
+
+  Attributes:
+    size: the row's length, mj_stateSize(model, mjSTATE_INTEGRATION).
+    time: the simulation time, 1 column.
+    qpos: the joint positions, nq columns.
+    qvel: the joint velocities, nv columns.
+    act: the actuator activations, na columns.
+    history: the history buffers of delayed controls and sensors, nhistory columns.
+    qacc_warmstart: the accelerations that warm-start the constraint solver, nv columns.
+    ctrl: the controls, nu columns.
+    qfrc_applied: the applied generalized forces, nv columns.
+    xfrc_applied: the applied Cartesian forces and torques, nbody x 6 columns.
+    eq_active: whether each equality constraint is active (1.0 or 0.0), neq columns.
+    mocap_pos: the mocap bodies' positions, nmocap x 3 columns.
+    mocap_quat: the mocap bodies' quaternions, nmocap x 4 columns.
+    userdata: the user data, nuserdata columns.
+    plugin_state: the plugins' state, npluginstate columns.
+    plastic: the plastic state, nplastic columns.
+    shapes: by component, in names() order, the shape MjData gives it (or its length where the
+      row stores it otherwise).
   """
 
   size: int
@@ -60,6 +80,11 @@ class StateLayout:
 
   @classmethod
   def of(cls, model: mujoco.MjModel) -> "StateLayout":
+    """The layout of model's mjSTATE_INTEGRATION rows.
+
+    Example:
+      layout = StateLayout.of(mujoco.MjModel.from_xml_path("scene.xml"))
+    """
     slices = {}
     offset = 0
     for name, bit in _COMPONENTS:
@@ -77,6 +102,7 @@ class StateLayout:
     return cls(size=offset, **slices, shapes=tuple(shapes))
 
   def names(self) -> tuple[str, ...]:
+    """The components' names, in the order of the row (and of `shapes`)."""
     return tuple(name for name, _ in _COMPONENTS)
 
   def entry(self, name: str) -> tuple[int, int, tuple[int, ...]]:

@@ -112,6 +112,21 @@ class Names:
 
     heavier = params["body_mass"].at[..., names.body("torso")].mul(1.1)
     floor = params["geom_friction"][..., names.geoms("floor", "ramp"), 0]
+
+  Attributes:
+    objects: per kind, in the order of kinds(), its objects' names by id ("" for an unnamed
+      one).
+    joint_types: per joint, its mjtJoint as an int (MjModel.jnt_type).
+    joint_qposadr: per joint, where its positions start in qpos (MjModel.jnt_qposadr).
+    joint_dofadr: per joint, where its dofs start in qvel (MjModel.jnt_dofadr).
+    sensor_adr: per sensor, where its values start in sensordata (MjModel.sensor_adr).
+    sensor_dim: per sensor, how many values it has in sensordata (MjModel.sensor_dim).
+    row_qpos: the column where qpos starts in a state row (StateLayout.qpos.start).
+    row_qvel: the column where qvel starts in a state row (StateLayout.qvel.start).
+    row_ctrl: the column where ctrl starts in a state row (StateLayout.ctrl.start).
+
+  These fields are what `Names.of` reads from the model; build a Names with it rather than by
+  hand.
   """
 
   # Per kind, in _KINDS order: its objects' names by id, "" for an unnamed one.

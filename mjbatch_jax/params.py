@@ -225,6 +225,15 @@ class Params(Mapping):
   """
 
   def __init__(self, spec: SimSpec, values: tuple[Any, ...], owner: EngineHandle | None = None):
+    """Wraps leaves and their static part; users get Params from `Simulator.params` instead.
+
+    Args:
+      spec: the static part: the simulator's SimSpec with the fields, their shapes and which
+        are shared.
+      values: the leaves, one array per field of spec.fields, in that order.
+      owner: the EngineHandle to keep the engine open with; None (default): spec's own handle,
+        if it still lives.
+    """
     self._spec = spec
     self._values = tuple(values)
     # The engine stays open while these params (or copies made by replace) live.
@@ -232,6 +241,7 @@ class Params(Mapping):
 
   @property
   def spec(self) -> SimSpec:
+    """The static part: which simulator, fields and shapes these leaves are for."""
     return self._spec
 
   def __getitem__(self, name: str) -> Any:

@@ -130,14 +130,26 @@ def tree_replace(tree: Any, updates: Mapping[str, Any]) -> Any:
 
   A path walks attributes of dataclasses (and objects with a `replace` method, such as an env
   State or its data) and keys of dicts; a Params takes the rest of the path as a field name,
-  since its fields have dots of their own ("opt.gravity").
+  since its fields have dots of their own ("opt.gravity"). Nothing is changed in place: the
+  nodes along each path are new, the rest of the tree is shared.
+
+  Args:
+    tree: the pytree to update: a dataclass, a dict, a Params, or an object with a `replace`
+      method (an env State), nested in any mix.
+    updates: dotted path -> new value, applied in order. A value for a Params field is an array
+      of numbers of that field's entry shape, after any leading simulation dimensions (exactly
+      the entry shape for a shared field).
+
+  Returns:
+    A tree of the same structure with the values replaced.
+
+  Raises:
+    ValueError: updates is not a mapping of dotted paths, a path leads nowhere (named), a node
+      on a path cannot be replaced, or a value for a Params field has the wrong shape or is not
+      numbers.
 
   Example:
     state = mjbatch_jax.tree_replace(state, {"info.steps": 0, "params.opt.gravity": g})
-
-  A path that leads nowhere is a ValueError naming it; a value for a Params field must be an array
-  of numbers of that field's entry shape (after any leading simulation dimensions), ValueError
-  otherwise.
   """
   if not isinstance(updates, Mapping):
     raise ValueError(f"updates must be a dict of dotted path -> value, got "

@@ -98,7 +98,20 @@ def multiply(a: ArrayLike, b: ArrayLike) -> jax.Array:
 
 
 def conjugate(q: ArrayLike) -> jax.Array:
-  """The conjugate (the inverse of a unit quaternion), as mju_negQuat."""
+  """The conjugate of quaternions (the inverse of a unit quaternion), as mju_negQuat.
+
+  Args:
+    q: (..., 4) quaternions, w first.
+
+  Returns:
+    (..., 4) quaternions (w, -x, -y, -z), in q's dtype.
+
+  Raises:
+    ValueError: q's last dimension is not 4.
+
+  Example:
+    q_inv = rotations.conjugate(q)   # rotations.multiply(q, q_inv) is (1, 0, 0, 0)
+  """
   q = _checked("q", q, (..., 4))
   return q * jnp.array([1.0, -1.0, -1.0, -1.0], q.dtype)
 
@@ -120,7 +133,22 @@ def rotate_inverse(q: ArrayLike, v: ArrayLike) -> jax.Array:
 
 
 def exp(v: ArrayLike) -> jax.Array:
-  """(..., 3) rotation vectors -> (..., 4) unit quaternions (the exponential map)."""
+  """(..., 3) rotation vectors -> (..., 4) unit quaternions (the exponential map).
+
+  Exact at and near the zero rotation (its Taylor limit there), so its derivative is finite.
+
+  Args:
+    v: (..., 3) rotation vectors: the axis times the angle, in radians.
+
+  Returns:
+    (..., 4) unit quaternions, w first.
+
+  Raises:
+    ValueError: v's last dimension is not 3.
+
+  Example:
+    q = rotations.exp(jnp.array([0.0, 0.0, jnp.pi / 2]))   # a quarter turn about z
+  """
   v = _checked("v", v, (..., 3))
   n2 = jnp.sum(v * v, axis=-1, keepdims=True)
   small = n2 < _TINY
@@ -176,7 +204,21 @@ def difference(qa: ArrayLike, qb: ArrayLike) -> jax.Array:
 
 
 def to_matrix(q: ArrayLike) -> jax.Array:
-  """(..., 3, 3) rotation matrices of unit quaternions (..., 4), as mju_quat2Mat."""
+  """(..., 3, 3) rotation matrices of unit quaternions (..., 4), as mju_quat2Mat.
+
+  Args:
+    q: (..., 4) unit quaternions, w first (not normalised here).
+
+  Returns:
+    (..., 3, 3) matrices whose columns are the frame's axes in world coordinates (the layout
+    of MuJoCo's xmat, reshaped to 3 x 3).
+
+  Raises:
+    ValueError: q's last dimension is not 4.
+
+  Example:
+    R = rotations.to_matrix(q)   # R @ v is rotations.rotate(q, v)
+  """
   q = _checked("q", q, (..., 4))
   w, x, y, z = (q[..., i] for i in range(4))
   rows = [
@@ -191,6 +233,18 @@ def from_matrix(mat: ArrayLike) -> jax.Array:
   """(..., 4) unit quaternions (w >= 0) of rotation matrices (..., 3, 3), as mju_mat2Quat.
 
   Each row takes the best-conditioned of the four standard formulas for its matrix.
+
+  Args:
+    mat: (..., 3, 3) rotation matrices (MuJoCo's xmat or site_xmat reshaped to 3 x 3).
+
+  Returns:
+    (..., 4) unit quaternions, w first and w >= 0 (normalised).
+
+  Raises:
+    ValueError: mat's last two dimensions are not (3, 3).
+
+  Example:
+    q = rotations.from_matrix(site_xmat.reshape(-1, 3, 3))
   """
   m = _checked("mat", mat, (..., 3, 3))
   m00, m11, m22 = m[..., 0, 0], m[..., 1, 1], m[..., 2, 2]

@@ -44,10 +44,17 @@ from mjbatch_jax import archive
 from mjbatch_jax.envs.wrappers import wrap_for_brax_training
 
 BRAX_MISSING = "Brax is not installed: `pip install -e '.[rl]'` adds brax 0.14 for training"
+"""What the ImportError says when training or loading a policy needs Brax (the `rl` extra) and
+it is not installed."""
 CHECKPOINT_FORMAT = "mjbatch_jax.agents.ppo/1"
+"""The `format` that a checkpoint's metadata holds: train writes it, read_checkpoint and
+load_policy refuse a file without it."""
 
-# evaluate(make_policy, params) -> metrics; stop(progress) -> whether to stop training.
 Evaluate = Callable[[Callable[..., Any], Any], Mapping[str, float]]
+"""The type of train's `evaluate`: evaluate(make_policy, params) -> {metric name: number}, the
+task's own evaluation of the networks so far (make_policy and params as Brax gives them: a
+policy is make_policy(params, deterministic=True)). Its metrics join each Progress's metrics
+as "eval/<name>"."""
 
 
 @dataclasses.dataclass
@@ -57,6 +64,17 @@ class Progress:
   `wall_s` and `cpu_s` count the training alone, from the start of the first iteration (its
   compilation included); `eval_wall_s` and `eval_cpu_s` what the evaluations and checkpoints
   took besides. CPU time is that of every thread of the process (XLA's and the physics').
+
+  Attributes:
+    iteration: the training iterations done so far (a resumed run's included).
+    env_steps: the env steps trained on so far: iteration times batch_size *
+      num_minibatches * unroll_length * action_repeat.
+    wall_s: seconds of wall time of the training alone.
+    cpu_s: seconds of CPU time of the training alone.
+    eval_wall_s: seconds of wall time of the evaluations and checkpoints.
+    eval_cpu_s: seconds of CPU time of the evaluations and checkpoints.
+    metrics: Brax's scalar training metrics by name ("training/...") and evaluate's, as
+      "eval/<name>".
   """
 
   iteration: int
@@ -72,13 +90,22 @@ class Progress:
 
 
 class Trained(NamedTuple):
-  """What train returns: Brax's (make_policy, params, metrics) and the learning curve."""
+  """What train returns: Brax's (make_policy, params, metrics) and the learning curve.
+
+  Attributes:
+    make_policy: Brax's make_policy(params, deterministic=...) -> policy(obs, key) ->
+      (action, extras).
+    params: the networks' parameters at the end (normaliser, policy, value), as Brax's.
+    metrics: the last Progress's metrics (Brax's own when no evaluation ran).
+    curve: one Progress per evaluation period, a resumed checkpoint's rows first.
+    stopped: whether the stop rule ended training before num_timesteps.
+  """
 
   make_policy: Callable[..., Any]
   params: Any
   metrics: dict[str, float]
   curve: list[Progress]
-  stopped: bool  # by the stop rule, before num_timesteps
+  stopped: bool
 
 
 class _Stop(Exception):
@@ -101,7 +128,25 @@ def network_factory(network: Mapping[str, Any] | None) -> Callable[..., Any]:
   registries, so that checkpoints can say them: the activation in
   `brax.training.networks.ACTIVATION` ("swish", "elu", ...), the `*_init_fn` initialisers in
   `KERNEL_INITIALIZER` ("lecun_uniform", "variance_scaling", ...). ValueError for a keyword
-  make_ppo_networks does not take, or one that train sets itself."""
+  make_ppo_networks does not take, or one that train sets itself.
+
+  Args:
+    network: keyword arguments of make_ppo_networks ({"policy_hidden_layer_sizes": (128, 128),
+      "activation": "elu"}), functions named by strings; None: Brax's defaults. Not the sizes
+      that train passes itself (observation_size, action_size, preprocess_observations_fn).
+
+  Returns:
+    make_ppo_networks with those arguments bound (functools.partial), for Brax's
+    network_factory.
+
+  Raises:
+    ImportError: Brax is not installed (BRAX_MISSING).
+    ValueError: network is not a dict, or holds a keyword make_ppo_networks does not take (or
+      train sets), or a name not in Brax's registry.
+
+  Example:
+    factory = ppo.network_factory({"policy_hidden_layer_sizes": (64, 64), "activation": "elu"})
+  """
   _, ppo_networks = _brax()
   from brax.training import networks  # pyright: ignore[reportMissingImports]
 
@@ -632,6 +677,21 @@ def load_policy(path: str | Path, environment: Any,
   """The policy of a checkpoint for environment, policy(obs, key) -> (action, extras); and the
   checkpoint's metadata. ValueError if the file is not a valid checkpoint (read_checkpoint), or
   it was trained for other observations or actions, or other networks.
+
+  Args:
+    path: the checkpoint, an .npz file that train wrote (str or pathlib.Path).
+    environment: the env the policy acts in (an mjbatch_jax.envs.Env): its observation and
+      action sizes must be those the checkpoint was trained with.
+    deterministic: True (default): the action is the mode of the policy's distribution; False:
+      a sample from it, drawn with the key.
+
+  Returns:
+    (policy, metadata): policy(obs, key) -> (action, extras), and the checkpoint's metadata
+    (format, network, iteration, learning_rate, curve, task).
+
+  Raises:
+    ValueError: path is not a valid checkpoint, or its networks do not fit environment.
+    ImportError: Brax is not installed (BRAX_MISSING).
 
   Example:
     policy, meta = ppo.load_policy("run.npz", env)

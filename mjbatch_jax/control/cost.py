@@ -24,6 +24,8 @@ from jax.core import Tracer
 from mjbatch_jax import _validate as v
 
 NORMS = ("quadratic", "huber", "l2", "smooth_abs")
+"""The norms a Term may take for its block of the residual (Term says what each computes and
+which parameter it needs)."""
 
 
 class Term(NamedTuple):

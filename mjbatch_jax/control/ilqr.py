@@ -43,8 +43,9 @@ from mjbatch_jax.control.qp import box_qp
 from mjbatch_jax.params import Params
 from mjbatch_jax.tangent import StateTangent
 
-# Why a solve stopped: ILQRResult.stop is an index into this tuple.
 ILQR_STOPS = ("iterations", "tolerance", "plateau", "mu_max", "not_finite")
+"""Why an iLQR solve stopped, by name: ILQRResult.stop is an index into this tuple, and
+ILQRResult.stopped the name it picks (ILQRResult says what each one means)."""
 _ITERATIONS, _TOLERANCE, _PLATEAU, _MU_MAX, _NOT_FINITE = range(len(ILQR_STOPS))
 
 

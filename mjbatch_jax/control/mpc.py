@@ -30,7 +30,16 @@ _BAD_CTRL = int(mujoco.mjtWarning.mjWARN_BADCTRL)
 
 
 class ILQRPlan(NamedTuple):
-  """ilqr_planner's state: the plan (T, nu) and the regularisation to start the next solve from."""
+  """ilqr_planner's state: the plan (T, nu) and the regularisation to start the next solve from.
+
+  Made by the planner's init and returned by its update and shift.
+
+  Attributes:
+    ctrls: (T, nu) the plan's controls, one per knot of the horizon.
+    mu: the iLQR regularisation (a scalar >= 0) that the last solve ended with
+      (ILQRResult.mu), from which the next update's solve starts; init sets
+      settings.mu_init.
+  """
 
   ctrls: jax.Array
   mu: jax.Array
@@ -78,7 +87,31 @@ def ilqr_planner(cost: cost_lib.Cost, params: Params, *, horizon: int, nstep: in
 
   settings default to ILQRSettings(final_gains=False): the gains of the last backward pass are
   returned without linearising once more. Info is the ILQRResult. The arguments are checked
-  here, as ilqr checks them; init refuses non-finite controls.
+  here, as ilqr checks them; init refuses non-finite controls. The plan state is an ILQRPlan,
+  and update ignores its key (iLQR is deterministic).
+
+  Args:
+    cost: a control.Cost.
+    params: Params of one simulation (sim.params(1, ...)): the model the plans are for (an
+      update's own params, one simulation, replace them for that call).
+    horizon: T controls per plan, an int >= 1.
+    nstep: physics steps per control, an int >= 1.
+    iterations: iLQR iterations per update, an int >= 0.
+    settings: ILQRSettings (default: ILQRSettings(final_gains=False)).
+    bounds: (lower, upper) of the controls, numbers or (nu,) arrays; default: the model's
+      ctrlrange where it is limited.
+
+  Returns:
+    A Planner whose init, update, controls and shift work on ILQRPlan.
+
+  Raises:
+    ValueError: an argument is out of its range, or the cost's residual does not fit the model
+      or its terms.
+
+  Example:
+    planner = control.ilqr_planner(cost, sim.params(1), horizon=50, nstep=2, iterations=2)
+    step = control.receding_horizon(planner, sim.params(1))
+    state, plan, info = step(state, planner.init(), key)
   """
   settings = _check_settings(ILQRSettings(final_gains=False) if settings is None else settings)
   cost = pl.check_cost(cost)

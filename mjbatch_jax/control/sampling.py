@@ -33,6 +33,8 @@ from mjbatch_jax.control import splines
 from mjbatch_jax.params import Params
 
 METHODS = ("predictive", "mppi", "cem")
+"""The sampling planners' methods, the keys of SETTINGS: predictive sampling, MPPI and the
+cross-entropy method (the module's text says how each moves the plan)."""
 
 
 # -- the updates, on any vectors ----------------------------------------------------------------
@@ -42,8 +44,25 @@ def gaussian_samples(key: Any, mean: Any, std: Any, num: int, lower: Any = -jnp.
                      upper: Any = jnp.inf) -> jax.Array:
   """(num, *mean.shape) draws mean + std * N(0, 1) clipped to [lower, upper]; draw 0 is mean.
 
-  Keeping the mean as a candidate makes a best-of update never worse than the mean. std >= 0,
-  lower and upper broadcast to mean's shape (lower <= upper; infinite: no bound); num >= 1.
+  Keeping the mean as a candidate makes a best-of update never worse than the mean.
+
+  Args:
+    key: a JAX PRNG key (jax.random.key or jax.random.PRNGKey) for the draws.
+    mean: the centre of the draws, a finite array of any shape; the draws take its dtype.
+    std: the spread, >= 0 and finite: a number or an array that broadcasts to mean's shape.
+    num: how many draws, an int >= 1 (draw 0 is the mean itself, clipped).
+    lower: the lower bound, broadcasting to mean's shape (default -inf: no bound).
+    upper: the upper bound, broadcasting to mean's shape, >= lower (default inf: no bound).
+
+  Returns:
+    (num, *mean.shape) draws in mean's dtype.
+
+  Raises:
+    ValueError: key is not a PRNG key, mean or std is not finite, std < 0, num < 1, an array
+      does not broadcast to mean's shape, or lower > upper somewhere.
+
+  Example:
+    candidates = control.gaussian_samples(key, mean, std=0.1, num=64, lower=-1.0, upper=1.0)
   """
   key = pl.check_key("key", key)
   mean = v.array("mean", mean, finite=True)
@@ -219,6 +238,8 @@ class CEMSettings(NamedTuple):
 Settings = PredictiveSettings | MPPISettings | CEMSettings
 SETTINGS: dict[str, type[Settings]] = {"predictive": PredictiveSettings, "mppi": MPPISettings,
                                        "cem": CEMSettings}
+"""Each method of METHODS -> its settings class, to pick the options by the method's name:
+`control.SETTINGS["cem"](num_samples=512)`."""
 
 
 class _SamplingSettingsFields(NamedTuple):
@@ -254,7 +275,17 @@ class SamplingSettings(_SamplingSettingsFields):
 
 
 class SamplingPlan(NamedTuple):
-  """A sampling planner's state: the knots (P, nu) and CEM's spread (P, nu)."""
+  """A sampling planner's state: the knots (P, nu) and CEM's spread (P, nu).
+
+  Made by the planner's init and returned by its update and shift.
+
+  Attributes:
+    knots: (P, nu) the plan's knots, in control units; planner.controls interpolates them to
+      the horizon's (T, nu) controls.
+    std: (P, nu) the sampling spread per knot, in control units (the settings' noise times
+      half the control's range). CEM moves it to the elites' spread after each iteration
+      (floored at std_min); predictive sampling and MPPI carry it unchanged.
+  """
 
   knots: jax.Array
   std: jax.Array

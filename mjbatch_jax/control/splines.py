@@ -19,10 +19,30 @@ import numpy as np
 from mjbatch_jax import _validate as v
 
 INTERPOLATIONS = ("zero", "linear", "cubic")
+"""The interpolations between knots that the functions here take as `kind` (the module's text
+says what each one does)."""
 
 
 def knot_times(num_knots: int, horizon: int, kind: str) -> np.ndarray:
-  """(P,) the knots' times, in controls (t = 0 .. T - 1)."""
+  """(P,) the knots' times, in controls (t = 0 .. T - 1).
+
+  With "zero" knot j starts its block, at j T / P; with "linear" and "cubic" the knots span the
+  plan evenly, from 0 to T - 1 (a single knot sits at 0).
+
+  Args:
+    num_knots: P, the number of knots, an int in [1, horizon].
+    horizon: T, the number of controls in the plan, an int >= 1.
+    kind: the interpolation, one of INTERPOLATIONS: "zero", "linear" or "cubic".
+
+  Returns:
+    (P,) float64 times, in units of controls.
+
+  Raises:
+    ValueError: an argument is out of its range, or num_knots exceeds horizon.
+
+  Example:
+    splines.knot_times(3, 9, "linear")   # [0., 4., 8.]
+  """
   check(num_knots, horizon, kind)
   if kind == "zero":
     return np.arange(num_knots) * horizon / num_knots
@@ -34,8 +54,26 @@ def knot_times(num_knots: int, horizon: int, kind: str) -> np.ndarray:
 def matrix(num_knots: int, horizon: int, kind: str, times: Any = None) -> np.ndarray:
   """(len(times), P) weights of the knots at times (default: the T controls 0 .. T - 1).
 
-  times: (n,) finite times in controls, known (numpy, not traced); before 0 the first value
-  holds, beyond the last knot the last.
+  The controls of a plan are `matrix(...) @ knots`, for knots of shape (P, nu) or with leading
+  batch dimensions (`W @ knots` broadcasts).
+
+  Args:
+    num_knots: P, the number of knots, an int in [1, horizon].
+    horizon: T, the number of controls in the plan, an int >= 1.
+    kind: the interpolation, one of INTERPOLATIONS: "zero", "linear" or "cubic".
+    times: (n,) finite times in controls, known (numpy, not traced); before 0 the first value
+      holds, beyond the last knot the last. None (default): the T controls 0 .. T - 1.
+
+  Returns:
+    (n, P) float64 weights (n = T without times); each row sums to 1.
+
+  Raises:
+    ValueError: an argument is out of its range, num_knots exceeds horizon, or times is
+      traced, not one-dimensional or not finite.
+
+  Example:
+    W = splines.matrix(num_knots=4, horizon=20, kind="cubic")   # (20, 4)
+    ctrls = jnp.asarray(W) @ knots                               # (..., 20, nu) from (..., 4, nu)
   """
   check(num_knots, horizon, kind)
   if times is None:
@@ -77,12 +115,46 @@ def matrix(num_knots: int, horizon: int, kind: str, times: Any = None) -> np.nda
 
 def shift_matrix(num_knots: int, horizon: int, kind: str, controls: float) -> np.ndarray:
   """(P, P): the knots of the same plan started `controls` (a number >= 0) later (the last value
-  held)."""
+  held).
+
+  What a receding-horizon planner applies to its plan after executing some of its controls:
+  `shift_matrix(...) @ knots` are the values of the old plan at the knot times moved on by
+  controls, so that the plan keeps its course and holds its last value at the end.
+
+  Args:
+    num_knots: P, the number of knots, an int in [1, horizon].
+    horizon: T, the number of controls in the plan, an int >= 1.
+    kind: the interpolation, one of INTERPOLATIONS: "zero", "linear" or "cubic".
+    controls: how far to shift, in controls, a finite number >= 0 (need not be an integer).
+
+  Returns:
+    (P, P) float64 matrix S; the shifted knots are S @ knots.
+
+  Raises:
+    ValueError: an argument is out of its range, or num_knots exceeds horizon.
+
+  Example:
+    knots = jnp.asarray(splines.shift_matrix(4, 20, "linear", controls=1)) @ knots
+  """
   controls = v.number("controls", controls, low=0.0)
   return matrix(num_knots, horizon, kind, knot_times(num_knots, horizon, kind) + controls)
 
 
 def check(num_knots: int, horizon: int, kind: str) -> None:
+  """Validates a spline's shape: the check the other functions here run first.
+
+  Args:
+    num_knots: P, the number of knots, an int in [1, horizon].
+    horizon: T, the number of controls in the plan, an int >= 1.
+    kind: the interpolation, one of INTERPOLATIONS: "zero", "linear" or "cubic".
+
+  Raises:
+    ValueError: kind is not one of INTERPOLATIONS, horizon or num_knots is not an int >= 1, or
+      num_knots exceeds horizon (a plan has no more knots than controls).
+
+  Example:
+    splines.check(num_knots=4, horizon=20, kind="cubic")
+  """
   v.one_of("interpolation", kind, INTERPOLATIONS)
   horizon = v.integer("horizon", horizon, low=1)
   num_knots = v.integer("num_knots", num_knots, low=1)

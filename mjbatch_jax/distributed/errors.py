@@ -3,8 +3,8 @@
 from mjbatch_jax.launch import EXIT_PEER_LOST
 
 DEFAULT_TIMEOUT = 30.0
-# EXIT_PEER_LOST (75): the status of a process stopped because another one failed or went
-# silent, sysexits' "temporary failure, try again": for training, resume from the checkpoint.
+"""Seconds of silence after which a process counts a peer as lost, where neither initialize's
+timeout nor MJBATCH_JAX_PEER_TIMEOUT (ENV_TIMEOUT) says otherwise."""
 
 
 class DistributedError(RuntimeError):

@@ -248,6 +248,13 @@ class Distributed:
     rows: this process's rows of the global batch.
     state: the initial (num_sims, nstate) state (at setup's keyframe), a global array.
     params: setup's fields as a Params of global arrays (shared leaves replicated).
+    fields: the model fields of params, as Simulator.params takes them.
+    shared: those of fields whose leaves are one value for every simulation (replicated).
+    select: for some fields, the rows the leaves hold, as Simulator.params takes it (None: all).
+    keyframe: the keyframe (index or name) of the initial state; None: the model's default.
+    records: what each process reported at setup, by process index: its host and pid, its
+      versions, jax_enable_x64, num_sims and axis, digests of its mesh, settings and model,
+      its engine id and any error (a list of dicts, the same in every process).
   """
 
   sim: Simulator

@@ -12,7 +12,6 @@ from mjbatch_jax.envs.state import Data, State
 
 POLE_LENGTH = 0.6
 
-# A floor far below the cart, which nothing touches: its friction is there to be randomised.
 CARTPOLE_XML = f"""
 <mujoco model="cartpole">
   <option timestep="0.01" integrator="implicitfast"/>
@@ -33,6 +32,10 @@ CARTPOLE_XML = f"""
   </actuator>
 </mujoco>
 """
+"""The MJCF of CartPoleBalance's model: a cart on a slider (range -2 to 2 m) pushed by one
+motor (ctrl in [-1, 1], gear 10), a hinged pole of length POLE_LENGTH with a site "tip" at its
+end, and a timestep of 0.01 s. The floor lies far below the cart, which nothing touches: its
+friction is there to be randomised."""
 
 
 class CartPoleBalance(Env):
@@ -49,6 +52,18 @@ class CartPoleBalance(Env):
   def __init__(
     self, n_substeps: int = 2, num_threads: int = 0, param_fields: Sequence[str] = ()
   ):
+    """Builds the model of CARTPOLE_XML and its Simulator.
+
+    Args:
+      n_substeps: physics steps per env step, an int >= 1 (default 2: dt = 0.02 s).
+      num_threads: the Simulator's threads (0, the default: one per CPU).
+      param_fields: model fields each env carries in its params, for domain randomisation
+        (e.g. ("geom_friction", "body_mass")); default none.
+
+    Raises:
+      ValueError: param_fields is a string rather than a sequence of names, or an argument is
+        out of its range (as Env checks them).
+    """
     if isinstance(param_fields, str):  # tuple() of it would be its letters
       raise ValueError(f"param_fields must be a sequence of field names, got {param_fields!r}: "
                        f"write ({param_fields!r},)")

@@ -22,8 +22,6 @@ from mjbatch_jax.layout import StateLayout
 from mjbatch_jax.params import Params
 from mjbatch_jax.simulator import Simulator
 
-# The warnings after which MuJoCo discarded something (a bad control zeroed, a diverged
-# simulation reset): an env that raised one is no longer the episode it was.
 BAD_WARNINGS = tuple(
   int(w)
   for w in (
@@ -33,6 +31,9 @@ BAD_WARNINGS = tuple(
     mujoco.mjtWarning.mjWARN_BADCTRL,
   )
 )
+"""The mjtWarning indices (of Data.warnings) after which MuJoCo discarded something: a bad
+qpos, qvel or qacc reset the simulation, a bad control was zeroed. An env that raised one is no
+longer the episode it was (`Env.bad` tests for them)."""
 
 _FLOATS = (np.dtype(np.float32), np.dtype(np.float64))
 
@@ -45,6 +46,17 @@ def check_action(action: Any, shape: tuple[int, ...], name: str = "action") -> j
   reaches MuJoCo, which steps that env with zero controls and raises its bad-control warning
   (`Env.bad`), and `wrap_for_brax_training` ends its episode (WarningWrapper); an inf one an
   actuator's ctrlrange clamps. The state row's ctrl keeps the action given.
+
+  Args:
+    action: the action to check, an array (traced or not).
+    shape: the shape it must have exactly, e.g. (env.action_size,).
+    name: what to call it in the error message (default "action").
+
+  Returns:
+    action as a JAX array, its dtype kept.
+
+  Raises:
+    ValueError: action is not an array of numbers, not float32 or float64, or not of shape.
 
   Example:
     action = check_action(action, (env.action_size,))
@@ -66,6 +78,15 @@ def check_key(rng: Any, batched: bool = False, name: str = "rng") -> None:
   Keys are typed (jax.random.key) or raw uint32 (jax.random.PRNGKey); shapes only, so that it
   runs at trace time.
 
+  Args:
+    rng: the key (or keys) to check.
+    batched: whether rng is a batch (N,) of keys, as jax.random.split(key, N) makes, rather
+      than one key (default False). Static: a Python bool.
+    name: what to call rng in the error message (default "rng").
+
+  Raises:
+    ValueError: rng is not one key (or with batched a batch of them).
+
   Example:
     check_key(keys, batched=True)   # jax.random.split(key, N)
   """
@@ -73,7 +94,21 @@ def check_key(rng: Any, batched: bool = False, name: str = "rng") -> None:
 
 
 def check_state(state: Any, name: str = "state") -> State:
-  """ValueError unless state is an env State (what reset and step return)."""
+  """ValueError unless state is an env State (what reset and step return).
+
+  Args:
+    state: the object to check.
+    name: what to call it in the error message (default "state").
+
+  Returns:
+    state, unchanged.
+
+  Raises:
+    ValueError: state is not an envs.State.
+
+  Example:
+    state = check_state(state)
+  """
   if not isinstance(state, State):
     raise ValueError(f"{name} must be an envs.State (as reset and step return), got "
                      f"{type(state).__name__}")
@@ -144,6 +179,19 @@ class Env(abc.ABC):
   track_warnings: bool = True
 
   def __init__(self, mj_model: mujoco.MjModel, n_substeps: int = 1, num_threads: int = 0):
+    """Makes the env's Simulator and checks the subclass's `observe` and `param_fields`.
+
+    Args:
+      mj_model: the task's mujoco.MjModel (the Simulator copies it; `env.mj_model` is the copy).
+      n_substeps: physics steps per env step (pipeline_step), an int >= 1: the control
+        timestep `dt` is n_substeps times the model's timestep.
+      num_threads: the Simulator's threads, an int (0, the default: one per CPU, at most 4 per
+        CPU).
+
+    Raises:
+      ValueError: n_substeps < 1, num_threads out of range, mj_model not an MjModel, or
+        observe, observe_at or param_fields not what the Simulator can give.
+    """
     n_substeps = v.integer("n_substeps", n_substeps, low=1)
     self._sim = Simulator(mj_model, num_threads)
     self._mj_model = self._sim.model

@@ -55,6 +55,8 @@ from mjbatch_jax.params import Params
 from mjbatch_jax.simulator import MAX_THREADS, Simulator
 
 INSTALL_HINT = "MuJoCo Playground is not installed: pip install -e '.[playground]'"
+"""What the ImportError says when this module's functions need MuJoCo Playground (the
+`playground` extra) and it is not installed."""
 
 # MJX Data fields that only MJX's own solver has: contacts, constraint rows and factorisations.
 _WHY_UNSUPPORTED = (
@@ -87,6 +89,18 @@ class PlaygroundData(Data):
   __slots__ = ("_recorder",)
 
   def __init__(self, row, warnings, fields, layout, recorder=None):
+    """Wraps a row and its fields; the adapter makes these, not users.
+
+    Args:
+      row (jax.Array): (..., nstate) mjSTATE_INTEGRATION rows.
+      warnings (jax.Array): (..., mjNWARNING) int32 counts of the MuJoCo warnings of the last
+        physics call.
+      fields (Mapping[str, jax.Array]): the mjData fields the env reads, by name, as the last
+        physics call computed them.
+      layout (StateLayout): the StateLayout of the rows.
+      recorder (Any): None, or while the adapter traces the env, what notes the MJX fields read
+        (a read of one then answers zeros of MJX's shape).
+    """
     super().__init__(row, cast(Any, None), warnings, fields, layout)
     self._recorder = recorder
 
@@ -546,6 +560,24 @@ def load_mjx(
 ) -> Any:
   """Playground's env `name` on MJX (impl "jax"), its config checked and Menagerie found as
   `load` does: the reference that `load`'s env is compared with.
+
+  Args:
+    name: a Playground env name ("CartpoleBalance", "Go1JoystickFlatTerrain", ...).
+    config: the env's config (default: Playground's default config for name).
+    config_overrides: flattened overrides ({"reward_config.scales.orientation": -1.0}), checked
+      as `load` checks them: each key must be in the config, "impl" must be "jax" and "vision"
+      must be off.
+    menagerie: a MuJoCo Menagerie checkout (one folder per robot) for the locomotion and
+      manipulation envs; default $MJBATCH_JAX_MENAGERIE, else Playground's own checkout.
+
+  Returns:
+    The env as Playground's `registry.load` makes it, on MJX's "jax" implementation.
+
+  Raises:
+    ImportError: MuJoCo Playground is not installed (INSTALL_HINT).
+    ValueError: no env of that name, config_overrides not a dict or naming a key the config
+      does not have, impl other than "jax", vision on, or menagerie (or
+      $MJBATCH_JAX_MENAGERIE, where an env needs a robot) not a folder.
 
   Example:
     reference = playground.load_mjx("CartpoleBalance")

@@ -45,6 +45,15 @@ class Data:
     fields: Mapping[str, Any],
     layout: StateLayout,
   ):
+    """Wraps a row and its fields; envs make Data with `Env.make_data` and `pipeline_step`.
+
+    Args:
+      row: (..., nstate) mjSTATE_INTEGRATION rows: one env's row, or a batch's.
+      params: the env's Params, which the physics of this simulation uses.
+      warnings: (..., mjNWARNING) int32 counts of the MuJoCo warnings of the last physics call.
+      fields: the observed mjData fields by name, as the last physics call computed them.
+      layout: the StateLayout of the rows, which names their parts (`data.qpos`, ...).
+    """
     self.row = row
     self.params = params
     self.warnings = warnings
@@ -53,6 +62,7 @@ class Data:
 
   @property
   def layout(self) -> StateLayout:
+    """Where each part (qpos, qvel, ctrl, ...) lies in the row."""
     return self._layout
 
   @property
@@ -138,6 +148,14 @@ class State:
 
     state = env.reset(jax.random.key(0))
     state = state.replace(reward=jnp.zeros(()))
+
+  Attributes:
+    data: the simulation, a Data (its row, params, warnings and observed fields).
+    obs: the observation the policy sees: an array, or a dict of them.
+    reward: the reward of the last step, a scalar per env (zero after reset).
+    done: whether the episode ended at the last step, a float scalar per env (1.0 or 0.0).
+    metrics: per-env values to log, by name.
+    info: what the env and wrappers carry between steps (step counts, truncation, ...).
   """
 
   data: Data

@@ -83,6 +83,20 @@ class VmapWrapper(Wrapper):
   """A batch of envs: reset takes (N, 2) keys (or one key with batch_size), step (N, ...) states.
 
   Each physics call of the batched step stays one custom call over the N rows.
+
+  Args:
+    env: the env to batch: an mjbatch_jax.envs.Env, or a wrapper of one, whose reset and step
+      work on one env.
+    batch_size: None (default): reset takes (N,) keys; an int >= 1: reset takes one key and
+      splits it into batch_size.
+
+  Raises:
+    ValueError: env is not an env, or batch_size is not an int >= 1.
+
+  Example:
+    env = VmapWrapper(CartPoleBalance())
+    state = jax.jit(env.reset)(jax.random.split(jax.random.key(0), 1024))
+    state = jax.jit(env.step)(state, jnp.zeros((1024, env.action_size)))
   """
 
   def __init__(self, env: Any, batch_size: int | None = None):
@@ -174,6 +188,19 @@ class EpisodeWrapper(Wrapper):
 
   Keeps Brax's info entries, which its PPO reads: `steps`, `truncation` (1 where the time limit,
   not the task, ended the episode), `episode_done` and `episode_metrics` (sums over the episode).
+
+  Args:
+    env: the env to wrap (an Env, or a wrapper of one; batched or not).
+    episode_length: the time limit, in steps of env, an int >= 1: a step that brings the count
+      to it or past ends the episode (done = 1, truncation = 1 unless the task ended it too).
+    action_repeat: how many steps of env each step makes with the same action, an int >= 1
+      (default 1); their rewards are summed and the count grows by that many.
+
+  Raises:
+    ValueError: env is not an env, or episode_length or action_repeat is not an int >= 1.
+
+  Example:
+    env = EpisodeWrapper(VmapWrapper(CartPoleBalance()), episode_length=500, action_repeat=2)
   """
 
   def __init__(self, env: Any, episode_length: int, action_repeat: int = 1):

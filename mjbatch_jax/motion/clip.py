@@ -102,6 +102,25 @@ def make(model: mujoco.MjModel, qpos: Any, dt: float, bodies: Sequence[str] = ()
          ) -> Clip:
   """A clip of qpos (F, nq) every dt seconds, with the poses of bodies computed from it.
 
+  Args:
+    model: the robot's mujoco.MjModel; the bodies' world poses come from its forward
+      kinematics (mj_kinematics) at each frame's qpos.
+    qpos: (F, nq) finite poses, one per frame, F >= 1.
+    dt: seconds between frames, a number > 0.
+    bodies: names of the bodies whose world poses the clip keeps (xpos, xquat), for a tracking
+      cost; default none.
+    qvel: (F, nv) finite velocities, one per frame, or None (default).
+    contact: (F, ...) bool, which contacts hold at each frame (the caller's convention, e.g. one
+      column per foot), or None (default).
+    metadata: anything JSON can hold, saved with the clip ({"name": "squat"}); default {}.
+
+  Returns:
+    A Clip, its arrays float64 (contact bool) and every shape checked against model.
+
+  Raises:
+    ValueError: a shape does not fit model or the frames, a value is not finite, dt <= 0, a
+      body name is unknown, contact is not bool, or metadata is not a mapping.
+
   Example:
     clip = make(model, qpos, 0.02, ["pelvis"], contact=feet_down)
   """

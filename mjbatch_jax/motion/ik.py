@@ -94,6 +94,19 @@ class BodyPosition:
 class BodyOrientation:
   """A body's frame at a world orientation: a unit quaternion (w, x, y, z), used as given.
 
+  Its error is the rotation vector (rad, in the world frame) that turns the body's frame to the
+  target: three rows, one per axis.
+
+  Attributes:
+    body: the body's name.
+    target: (4,) the orientation in the world frame, a unit quaternion (w, x, y, z) (norm 1
+      within 1e-6; not normalised here).
+    weight: multiplies the task's rows and error (its squared error counts weight^2 in
+      "weighted" mode), a number >= 0.
+
+  Raises:
+    ValueError: target is not a unit quaternion, or weight is negative.
+
   Example:
     BodyOrientation("torso_link", [1.0, 0.0, 0.0, 0.0], weight=3.0)
   """
@@ -116,8 +129,17 @@ class BodyOrientation:
 class CentreOfMass:
   """The centre of mass of a body's subtree at a world position, on some axes.
 
-  body: whose subtree; "world" (the default) is the whole model. On a floating robot the root
-  body's subtree is the same mass, and its Jacobian the same up to rounding.
+  Attributes:
+    target: (3,) world position (m), or one value per axis in axes.
+    weight: multiplies the task's rows and error (its squared error counts weight^2 in
+      "weighted" mode), a number >= 0.
+    axes: the world axes constrained, each of 0 (x), 1 (y), 2 (z) once; default all three.
+    body: whose subtree; "world" (the default) is the whole model. On a floating robot the root
+      body's subtree is the same mass, and its Jacobian the same up to rounding.
+
+  Raises:
+    ValueError: axes repeat or leave 0..2, target has neither shape (3,) nor one value per
+      axis, or weight is negative.
 
   Example:
     CentreOfMass([0.02, 0.0, 0.0], weight=5.0, axes=(0, 1), body="pelvis")  # over the feet
@@ -141,6 +163,15 @@ class JointAngles:
 
   One row per joint, in the mapping's order.
 
+  Attributes:
+    angles: joint name -> target position: an angle (rad) for a hinge, a position (m) for a
+      slide. Other joint types are refused when IK.solve compiles the task.
+    weight: multiplies the task's rows and error (its squared error counts weight^2 in
+      "weighted" mode), a number >= 0.
+
+  Raises:
+    ValueError: angles is not a mapping of names to finite numbers, or weight is negative.
+
   Example:
     JointAngles({"left_elbow_joint": 1.2, "right_elbow_joint": 1.2})
   """
@@ -162,6 +193,7 @@ class JointAngles:
 
 
 Task = BodyPosition | BodyOrientation | CentreOfMass | JointAngles
+"""Any of the IK tasks: what IK.solve takes a sequence of."""
 
 
 class Solution(NamedTuple):

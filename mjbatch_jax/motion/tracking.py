@@ -27,7 +27,27 @@ from mjbatch_jax.motion._arrays import numbers
 def pose_errors(xpos: Any, xquat: Any, ref_pos: Any, ref_quat: Any,
                 loose_root: bool = True) -> Any:
   """(..., B, 6): position (m) and orientation (rad, rotation vector) errors of B bodies' poses
-  (..., B, 3) and (..., B, 4) against the reference's; body 0 is the root (see the module)."""
+  (..., B, 3) and (..., B, 4) against the reference's; body 0 is the root (see the module).
+
+  Pure JAX (jit, vmap and grad go through it); shapes are not checked here.
+
+  Args:
+    xpos: (..., B, 3) the bodies' world positions (m), body 0 the root.
+    xquat: (..., B, 4) the bodies' world orientations, unit quaternions (w, x, y, z).
+    ref_pos: (..., B, 3) the reference's world positions, broadcasting against xpos.
+    ref_quat: (..., B, 4) the reference's world orientations, broadcasting against xquat.
+    loose_root: if True (default), the non-root bodies' position errors are measured relative
+      to the root's horizontal (x, y) error, so that the whole robot's drift over the floor
+      counts only in the root's; False: every body's own error.
+
+  Returns:
+    (..., B, 6): per body, xpos - ref_pos (with loose_root, less the root's horizontal error
+    for bodies 1..B-1), then the rotation vector in the reference's frame that turns ref_quat
+    into xquat (rotations.difference(xquat, ref_quat)).
+
+  Example:
+    errors = motion.pose_errors(obs["xpos"][ids], obs["xquat"][ids], clip.xpos[t], clip.xquat[t])
+  """
   pos = xpos - ref_pos
   if loose_root:
     drift = pos[..., :1, :] * jnp.array([1.0, 1.0, 0.0])  # the root's horizontal looseness

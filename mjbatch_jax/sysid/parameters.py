@@ -80,6 +80,17 @@ class Inertia:
     "mass" (1): log m, the rotational inertia scaled with the mass (radii of gyration kept).
     "mass_com" (4): log m and c, the rotational inertia scaled with the mass.
 
+  Attributes:
+    bodies: names or ids of the bodies (not the world body); theta holds their numbers body by
+      body.
+    form: how the numbers describe each body's inertia: "principal" (the default),
+      "log_cholesky", "mass" or "mass_com", as above. It decides which fields the map writes:
+      body_mass and body_inertia, with "mass_com" body_ipos too, with "principal" and
+      "log_cholesky" body_ipos and body_iquat as well.
+
+  Raises:
+    ValueError: bodies is empty or not names or ids, or form is not one of the four.
+
   Example:
     sysid.Inertia(["upper_arm", "forearm"])              # 20 numbers
   """
@@ -96,9 +107,17 @@ class Inertia:
 class Field:
   """Every entry of some rows of a params field, one number each, or its log (log=True).
 
-  rows: names or ids of the field's objects, None for all (an option such as "opt.gravity" has
-  no rows: all its entries). Rows of dof_* fields (dof_damping, dof_armature, dof_frictionloss)
-  are chosen by joint names (a joint's dofs) or dof ids.
+  Attributes:
+    name: the params field, as Simulator.params names it ("dof_damping", "geom_friction",
+      "opt.gravity", ...).
+    rows: names or ids of the field's objects, None for all (an option such as "opt.gravity"
+      has no rows: all its entries). Rows of dof_* fields (dof_damping, dof_armature,
+      dof_frictionloss) are chosen by joint names (a joint's dofs) or dof ids.
+    log: if True, theta holds the log of each entry, so that the value exp(theta) stays
+      positive for any theta (the model's values must then be positive); default False.
+
+  Raises:
+    ValueError: name is not a string, rows is empty or not names or ids, or log not a bool.
 
   Example:
     sysid.Field("dof_damping", ["shoulder", "elbow"], log=True)   # positive for any theta
