@@ -141,20 +141,12 @@ def solve(model, columns, slots, sim, start, config: JumpConfig) -> control.CEMS
 
 def jump_metrics(qpos: np.ndarray, floor: np.ndarray, origin: np.ndarray, dt: float) -> dict:
   """A replay's numbers from each physics step's qpos and floor counts; origin: the start's x, y."""
-  robot, feet = floor[:, 2], floor[:, 0] + floor[:, 1]
-  edges = np.diff(np.r_[0, robot == 0, 0].astype(int))
-  offs, downs = np.flatnonzero(edges == 1), np.flatnonzero(edges == -1)
-  off, down = map(int, max(zip(offs, downs, strict=True), key=lambda r: r[1] - r[0],
-                          default=(0, 0)))
-  after = slice(down, None)
-  landed = bool((down - off) * dt >= MIN_FLIGHT and down < len(qpos)
-                and np.all(robot[after] == feet[after])
-                and np.any((floor[after, 0] > 0) & (floor[after, 1] > 0)))
-  low = np.flatnonzero(qpos[after, 2] <= PELVIS_UPRIGHT)
-  first_up = down + (int(low[-1]) + 1 if len(low) else 0)
-  out = {"distance_m": float(qpos[-1, 0] - origin[0]), "flight_s": (down - off) * dt,
-         "apex_m": float(qpos[:, 2].max()), "takeoff_s": off * dt, "touchdown_s": down * dt,
-         "landed": landed, "upright_s": (len(qpos) - first_up) * dt if landed else 0.0,
+  done = motion.landing(floor, qpos[:, 2], dt, min_flight=MIN_FLIGHT,
+                        upright_height=PELVIS_UPRIGHT)
+  landed = done.landed
+  out = {"distance_m": float(qpos[-1, 0] - origin[0]), "flight_s": done.flight_s,
+         "apex_m": float(qpos[:, 2].max()), "takeoff_s": done.takeoff_s,
+         "touchdown_s": done.touchdown_s, "landed": landed, "upright_s": done.upright_s,
          "final_height_m": float(qpos[-1, 2]), "drift_m": float(qpos[-1, 1] - origin[1])}
   out["passed"] = bool(landed and out["distance_m"] >= GOAL_DISTANCE
                        and out["upright_s"] >= UPRIGHT_GOAL_S)

@@ -436,3 +436,126 @@ def test_tracking_cost_is_zero_on_the_clip_and_counts_each_body(g1):
       motion.tracking_cost(sim, xpos, xquat[:, :2], qpos, bodies)
     with pytest.raises(ValueError, match="no_such_body"):
       motion.tracking_cost(sim, xpos, xquat, qpos, ("pelvis", "no_such_body", "torso_link"))
+
+
+# ------------------------------------------------------------------ flight, landing, trajectory
+
+
+def _floor(*runs: tuple[int, int, int, int]) -> np.ndarray:
+  """Floor counts (S, 3) from runs of (steps, left, right, robot)."""
+  return np.concatenate([np.tile([left, right, robot], (steps, 1))
+                         for steps, left, right, robot in runs]).astype(float)
+
+
+def test_landing_reads_the_longest_flight_and_how_it_ended():
+  dt = 0.01
+  floor = _floor((5, 1, 1, 2), (3, 0, 0, 0), (4, 1, 1, 2), (20, 0, 0, 0), (2, 1, 0, 1),
+                 (16, 1, 1, 2))
+  height = np.r_[np.full(34, 0.8), 0.5, 0.5, np.full(14, 0.8)]
+  done = motion.landing(floor, height, dt, min_flight=0.1, upright_height=0.6)
+  assert (done.takeoff, done.touchdown) == (12, 32)  # the 20 steps, not the first 3
+  assert done.flight_s == pytest.approx(0.2) and done.takeoff_s == pytest.approx(0.12)
+  assert done.landed and done.upright_s == pytest.approx(0.14)  # from step 36 on
+  # Another body down after touchdown, or never both feet: not landed.
+  fallen = floor.copy()
+  fallen[40, 2] += 1
+  assert not motion.landing(fallen, height, dt, min_flight=0.1, upright_height=0.6).landed
+  one_foot = _floor((5, 1, 1, 2), (20, 0, 0, 0), (25, 1, 0, 1))
+  result = motion.landing(one_foot, np.ones(50), dt, min_flight=0.1, upright_height=0.6)
+  assert not result.landed and result.upright_s == 0.0
+  # Too short a flight, no flight, a flight that never ends; equal flights: the first.
+  assert not motion.landing(floor, height, dt, min_flight=0.25, upright_height=0.6).landed
+  stays = motion.landing(_floor((10, 1, 1, 2)), np.ones(10), dt, min_flight=0, upright_height=0)
+  assert (stays.takeoff, stays.touchdown, stays.flight_s, stays.landed) == (0, 0, 0.0, False)
+  away = motion.landing(_floor((3, 1, 1, 2), (7, 0, 0, 0)), np.ones(10), dt, min_flight=0.01,
+                        upright_height=0)
+  assert (away.takeoff, away.touchdown, away.landed) == (3, 10, False)
+  twice = _floor((2, 1, 1, 2), (4, 0, 0, 0), (2, 1, 1, 2), (4, 0, 0, 0), (2, 1, 1, 2))
+  assert motion.landing(twice, np.ones(14), dt, min_flight=0, upright_height=0).takeoff == 2
+
+
+def test_landing_of_a_dropped_biped_matches_the_fall():
+  spec = mujoco.MjSpec.from_string(BIPED_XML)
+  names = motion.floor_contact_sensors(spec, ["left_foot", "right_foot"], robot="torso")
+  model = spec.compile()
+  data = mujoco.MjData(model)
+  data.qpos[2] = 0.6  # the feet about 0.39 m above the floor
+  columns = [model.sensor(n).adr[0] for n in names]
+  floor, height = [], []
+  for _ in range(1500):
+    mujoco.mj_step(model, data)
+    floor.append(data.sensordata[columns].copy())
+    height.append(data.qpos[2])
+  done = motion.landing(floor, height, model.opt.timestep, min_flight=0.1, upright_height=0.05)
+  fall = np.sqrt(2 * (0.6 - 0.2 - 0.01) / 9.81)  # the soles, 0.21 m below the torso, drop
+  assert done.takeoff == 0 and done.landed
+  assert done.flight_s == pytest.approx(fall, abs=0.02)
+
+
+def test_landing_refusals():
+  good = _floor((5, 1, 1, 2))
+  for kwargs, message in (
+      ({"floor": good[:, :1]}, "a column per foot and one for the robot"),
+      ({"floor": np.full((5, 3), np.nan)}, "floor must be finite"),
+      ({"height": np.ones(4)}, "height must have shape (5,)"),
+      ({"dt": 0.0}, "dt must be"), ({"min_flight": -1.0}, "min_flight must be"),
+      ({"upright_height": np.nan}, "upright_height must be")):
+    args: dict = {"floor": good, "height": np.ones(5), "dt": 0.01, "min_flight": 0.1,
+                  "upright_height": 0.5} | kwargs
+    with pytest.raises(ValueError, match=message.replace("(", r"\(").replace(")", r"\)")):
+      motion.landing(**args)
+
+
+def test_quintic_meets_its_ends():
+  p0, v0, a0, p1, v1, a1, duration = 0.2, -1.0, 3.0, 1.5, 0.5, -2.0, 0.8
+  h = 1e-5
+
+  def at(t):
+    return float(motion.quintic(p0, v0, a0, p1, v1, a1, duration, t))
+
+  for t, p, vel, acc in ((0.0, p0, v0, a0), (duration, p1, v1, a1)):
+    inside = min(max(t, 2 * h), duration - 2 * h)  # differences inside [0, duration]
+    assert at(t) == pytest.approx(p, abs=1e-12)
+    assert (at(inside + h) - at(inside - h)) / (2 * h) == pytest.approx(vel, abs=1e-3)
+    assert (at(inside + h) - 2 * at(inside) + at(inside - h)) / h**2 == pytest.approx(acc, abs=0.1)
+  assert at(-1.0) == at(0.0) and at(duration + 1) == at(duration)  # held at the ends
+  arrays = motion.quintic([0, 1], 0, 0, [1, 3], 0, 0, 1.0, np.array([0.0, 0.5, 1.0]))
+  assert arrays.shape == (3, 2) and np.allclose(arrays[1], [0.5, 2.0])
+  with pytest.raises(ValueError, match="duration must be"):
+    motion.quintic(0, 0, 0, 1, 0, 0, 0.0, 0.5)
+
+
+def test_velocities_recover_a_free_bodys_constant_velocity():
+  model = mujoco.MjModel.from_xml_string(BIPED_XML)
+  qvel = np.r_[0.3, -0.2, 0.1, 1.0, -2.0, 0.5, 0.4, -0.4]
+  qpos = [model.qpos0.copy()]
+  for _ in range(9):
+    q = qpos[-1].copy()
+    mujoco.mj_integratePos(model, q, qvel, 0.01)
+    qpos.append(q)
+  out = motion.velocities(model, np.array(qpos), 0.01)
+  assert out.shape == (10, model.nv) and np.allclose(out, qvel, atol=1e-9)
+  with pytest.raises(ValueError, match="at least 2 poses"):
+    motion.velocities(model, np.array(qpos[:1]), 0.01)
+  with pytest.raises(ValueError, match=r"qpos must have shape \(\*, 9\)|qpos must have shape"):
+    motion.velocities(model, np.zeros((3, 4)), 0.01)
+
+
+def test_angular_momentum_is_mujocos_subtree_momentum_sensor():
+  spec = mujoco.MjSpec.from_string(BIPED_XML)
+  sensor = spec.add_sensor(type=mujoco.mjtSensor.mjSENS_SUBTREEANGMOM,
+                           objtype=mujoco.mjtObj.mjOBJ_BODY, objname="torso")
+  del sensor
+  model = spec.compile()
+  data, scratch = mujoco.MjData(model), mujoco.MjData(model)
+  rng = np.random.default_rng(0)
+  data.qpos[:] = model.qpos0
+  quat = np.array([0.9, 0.1, -0.3, 0.2])
+  data.qpos[3:7] = quat / np.linalg.norm(quat)
+  data.qpos[7:] = [0.3, -0.5]
+  data.qvel[:] = rng.normal(size=model.nv)
+  mujoco.mj_forward(model, data)
+  out = motion.angular_momentum(model, scratch, data.qpos, data.qvel)
+  assert np.allclose(out, data.sensordata[:3], rtol=1e-12, atol=1e-12)
+  with pytest.raises(ValueError, match="body must be"):
+    motion.angular_momentum(model, scratch, data.qpos, data.qvel, body=model.nbody)

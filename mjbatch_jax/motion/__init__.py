@@ -10,15 +10,20 @@ named by its bodies and joints:
   motion.save("clip.npz", clip, model); clip = motion.load("clip.npz", model)
   result = motion.feasibility(model, qpos, qvel, qacc, contact, ["foot"], motion.Sole(...))
   names = motion.floor_contact_sensors(spec, ["left_foot", "right_foot"], robot="pelvis")
+  done = motion.landing(sensordata[:, columns], qpos[:, 2], dt, min_flight=0.1,
+                        upright_height=0.6)                   # a jump's flight and landing
+  com = motion.quintic(p0, v0, a0, p1, v1, a1, duration, t)   # smooth segments, their rates
 
 Each module holds one idea: ik (IK and its tasks), clip (the clip format), feasibility (inverse
 dynamics of a motion against a robot's limits), sensors (floor-contact sensors on an MjSpec),
-tracking (a cost that tracks a clip's bodies).
+flight (a run's flight and landing from those sensors), trajectory (quintic segments, velocities
+of a pose sequence, angular momentum), tracking (a cost that tracks a clip's bodies).
 See docs/motion.md.
 """
 
 from mjbatch_jax.motion.clip import Clip, body_poses, fingerprint, load, make, save
 from mjbatch_jax.motion.feasibility import Feasibility, Sole, feasibility
+from mjbatch_jax.motion.flight import Landing, landing
 from mjbatch_jax.motion.ik import (
   IK,
   BodyOrientation,
@@ -30,6 +35,7 @@ from mjbatch_jax.motion.ik import (
 )
 from mjbatch_jax.motion.sensors import floor_contact_sensors
 from mjbatch_jax.motion.tracking import pose_errors, tracking_cost
+from mjbatch_jax.motion.trajectory import angular_momentum, quintic, velocities
 
 __all__ = [
   "IK",
@@ -39,16 +45,21 @@ __all__ = [
   "Clip",
   "Feasibility",
   "JointAngles",
+  "Landing",
   "Sole",
   "Solution",
   "Task",
+  "angular_momentum",
   "body_poses",
   "feasibility",
   "fingerprint",
   "floor_contact_sensors",
+  "landing",
   "load",
   "make",
   "pose_errors",
+  "quintic",
   "save",
   "tracking_cost",
+  "velocities",
 ]

@@ -1,0 +1,89 @@
+"""Smooth motions and their rates: quintic segments, velocities of a pose sequence, momentum.
+
+A reference built from physics is a chain of segments that meet in position, velocity and
+acceleration (quintics, so that the accelerations the feasibility check reads are continuous
+within each phase), sampled on a grid; its joint velocities are finite differences on the
+configuration manifold (a free joint's quaternion included), and its whole-body angular
+momentum is MuJoCo's subtree momentum.
+
+  com = quintic(crouch, 0, 0, takeoff, v_off, 0, duration=0.3, t=times)
+  qvel = velocities(model, qpos, dt)
+  L = angular_momentum(model, data, qpos[k], qvel[k])  # about the robot's centre of mass
+"""
+
+from typing import Any
+
+import mujoco
+import numpy as np
+
+from mjbatch_jax import _validate as v
+from mjbatch_jax.motion._arrays import numbers
+
+
+def quintic(p0: Any, v0: Any, a0: Any, p1: Any, v1: Any, a1: Any, duration: float,
+            t: Any) -> np.ndarray:
+  """The quintic from (position, velocity, acceleration) at 0 to those at duration, at times t.
+
+  Args:
+    p0, v0, a0: the start's position, velocity and acceleration (scalars or arrays of one shape
+      P, broadcast).
+    p1, v1, a1: the end's, likewise.
+    duration: seconds, > 0.
+    t: a time or an array of times (T,); clipped to [0, duration] (held at the ends).
+
+  Returns:
+    t.shape + P positions.
+
+  Example:
+    height = quintic(0.65, 0, 0, 0.4, 0, 0, 0.6, np.linspace(0, 0.6, 31))  # a crouch
+  """
+  duration = v.number("duration", duration, low=0.0, low_open=True)
+  p0, v0, a0, p1, v1, a1 = (np.asarray(x, float) for x in (p0, v0, a0, p1, v1, a1))
+  T = duration
+  s = np.clip(np.asarray(t, float) / T, 0.0, 1.0)
+  s = s.reshape(s.shape + (1,) * p0.ndim)
+  c0, c1, c2 = p0, v0 * T, 0.5 * a0 * T * T
+  d, e, f = p1 - c0 - c1 - c2, v1 * T - c1 - 2 * c2, a1 * T * T - 2 * c2
+  c3, c4, c5 = 10 * d - 4 * e + 0.5 * f, -15 * d + 7 * e - f, 6 * d - 3 * e + 0.5 * f
+  return c0 + s * (c1 + s * (c2 + s * (c3 + s * (c4 + s * c5))))
+
+
+def velocities(model: mujoco.MjModel, qpos: Any, dt: float) -> np.ndarray:
+  """(S, nv) velocities of a pose sequence (S, nq) sampled every dt seconds.
+
+  Central differences (mj_differentiatePos, so quaternions are differenced on their manifold),
+  one-sided at the two ends. Where the motion's velocity jumps (a take-off, a touchdown), call
+  it on each side separately.
+
+  Example:
+    qvel = velocities(model, qpos, 0.005)
+    qacc = np.gradient(qvel, 0.005, axis=0)
+  """
+  qpos = numbers("qpos", qpos, (None, model.nq))
+  if len(qpos) < 2:
+    raise ValueError(f"qpos must have at least 2 poses to difference, got {len(qpos)}")
+  dt = v.number("dt", dt, low=0.0, low_open=True)
+  diff = np.zeros((len(qpos) - 1, model.nv))
+  for i in range(len(qpos) - 1):
+    mujoco.mj_differentiatePos(model, diff[i], dt, qpos[i], qpos[i + 1])
+  return np.concatenate([diff[:1], 0.5 * (diff[:-1] + diff[1:]), diff[-1:]])
+
+
+def angular_momentum(model: mujoco.MjModel, data: mujoco.MjData, qpos: Any, qvel: Any,
+                     body: int = 1) -> np.ndarray:
+  """(3,) the angular momentum of body's subtree about its centre of mass, in the world frame.
+
+  Runs the kinematic stages that MuJoCo's subtree momentum needs (nothing else) in data, a
+  scratch MjData of model whose qpos and qvel are overwritten. body 1 (the first body under the
+  world) is the whole robot when it has a free root.
+
+  Example:
+    scratch = mujoco.MjData(model)
+    inertia = angular_momentum(model, scratch, qpos, np.eye(model.nv)[4])[1]  # pitch inertia
+  """
+  data.qpos[:] = numbers("qpos", qpos, (model.nq,))
+  data.qvel[:] = numbers("qvel", qvel, (model.nv,))
+  body = v.integer("body", body, 0, model.nbody - 1)
+  for stage in (mujoco.mj_kinematics, mujoco.mj_comPos, mujoco.mj_comVel, mujoco.mj_subtreeVel):
+    stage(model, data)
+  return data.subtree_angmom[body].copy()
