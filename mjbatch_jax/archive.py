@@ -8,6 +8,7 @@ the file and what is wrong with it, whatever numpy, zipfile or json raised under
   arrays, header = archive.read("plan.npz")
 """
 
+import contextlib
 import json
 import os
 import tempfile
@@ -24,9 +25,14 @@ def write(path: str | Path, arrays: Mapping[str, Any], header: Mapping[str, Any]
           header_key: str = HEADER, compress: bool = False) -> Path:
   """Write arrays and header (JSON-serialisable) to path, atomically; the path written.
 
-  The file appears whole or not at all: it is written beside its final name and renamed over it.
+  The file appears whole or not at all: it is written beside its final name and renamed over it,
+  and a failed write removes what it wrote. path: a file name (str or os.PathLike), not a
+  folder; its folder is made if missing. ValueError, before anything is written, for a path that
+  cannot be a file.
   """
-  path = Path(path)
+  path = _path(path)
+  if path.is_dir():
+    raise ValueError(f"path {path} is a folder, not a file name")
   if header_key in arrays:
     raise ValueError(f"an array may not be named {header_key!r}: the header is stored there")
   values: dict[str, Any] = {str(key): np.asarray(value) for key, value in arrays.items()}
@@ -34,13 +40,22 @@ def write(path: str | Path, arrays: Mapping[str, Any], header: Mapping[str, Any]
   if bad:
     raise ValueError(f"arrays {bad} hold Python objects, which .npz stores only by pickling")
   values[header_key] = np.array(json.dumps(plain(header), allow_nan=True))
-  path.parent.mkdir(parents=True, exist_ok=True)
+  try:
+    path.parent.mkdir(parents=True, exist_ok=True)
+  except OSError as e:
+    raise ValueError(f"path {path} cannot be written: its folder {path.parent} cannot be made "
+                     f"({e.strerror or e})") from None
   tmp = path.with_name(path.name + ".tmp.npz")
-  if compress:
-    np.savez_compressed(tmp, **values)
-  else:
-    np.savez(tmp, **values)
-  tmp.replace(path)
+  try:
+    if compress:
+      np.savez_compressed(tmp, **values)
+    else:
+      np.savez(tmp, **values)
+    tmp.replace(path)
+  except BaseException:
+    with contextlib.suppress(OSError):
+      tmp.unlink(missing_ok=True)
+    raise
   return path
 
 
@@ -55,7 +70,7 @@ def read(path: str | Path, *, header_key: str = HEADER, what: str = "an archive"
 
   what: how the message names the kind of file expected ("a PPO checkpoint").
   """
-  path = Path(path)
+  path = _path(path)
   if not path.is_file():
     raise ValueError(f"no file {path} ({what} expected there)")
 
@@ -105,7 +120,7 @@ def check_writable(path: str | Path, what: str = "path") -> Path:
 
   For long runs that write at the end of a period: a bad path fails before the work, not after.
   """
-  path = Path(path)
+  path = _path(path, what)
   if path.is_dir():
     raise ValueError(f"{what} {path} is a folder, not a file name")
   try:
@@ -117,6 +132,17 @@ def check_writable(path: str | Path, what: str = "path") -> Path:
   if path.exists() and not os.access(path, os.W_OK):
     raise ValueError(f"{what} {path} exists and is not writable")
   return path
+
+
+def _path(path: Any, what: str = "path") -> Path:
+  """path as a Path; ValueError unless it is a str or os.PathLike (a file name)."""
+  want = f"{what} must be a file name (a str or os.PathLike), got"
+  if not isinstance(path, (str, os.PathLike)):
+    raise ValueError(f"{want} {type(path).__name__}")
+  try:
+    return Path(path)
+  except TypeError:  # an os.PathLike of bytes
+    raise ValueError(f"{want} {path!r}") from None
 
 
 def plain(value: Any) -> Any:

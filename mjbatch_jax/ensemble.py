@@ -106,6 +106,10 @@ class Ensemble:
     seeds = _check_seeds(DEFAULT_SEEDS if seeds is None else seeds)
     # Read-only views: the robots of a purpose must not change under a caller's later edit.
     seeds = types.MappingProxyType(seeds)
+    if select is not None and not isinstance(select, Mapping):
+      raise ValueError(f"select must be a mapping {{field: rows (indices or names)}}, as "
+                       f"Simulator.params takes it (e.g. {{'body_mass': ['torso']}}), or None, got "
+                       f"{_validate.shown(select)}")
     select = None if select is None else types.MappingProxyType(dict(select))
     # The nominal row now: Simulator.params checks the fields and select before any draw.
     nominal = sim.params(1, tuple(fields), select=None if select is None else dict(select),

@@ -205,9 +205,9 @@ def _fleet_impl(planner, horizon, nstep, vmap_planners, params, starts, ctrls, k
     knot, (starts, plan), (keys.swapaxes(0, 1), ctrls[:, tails].swapaxes(0, 1)))
   # (knots, N, ...) -> (N, knots, ...)
   info = jax.tree.map(lambda leaf: leaf.swapaxes(0, 1), info)
-  return FleetRun(xs.swapaxes(0, 1).reshape(n, knots * nstep, -1),
-                  sensors.swapaxes(0, 1).reshape(n, knots * nstep, -1), us.swapaxes(0, 1), info,
-                  failed.swapaxes(0, 1))
+  return FleetRun(xs.swapaxes(0, 1).reshape(n, knots * nstep, xs.shape[-1]),
+                  sensors.swapaxes(0, 1).reshape(n, knots * nstep, sensors.shape[-1]),
+                  us.swapaxes(0, 1), info, failed.swapaxes(0, 1))
 
 
 def choose_tail(params: Params, states: Any, candidates: Any, nstep: int,

@@ -67,9 +67,8 @@ def check_rows(name: str, x: Any, shape: tuple[int, ...], what: str, finite: boo
   """x of one robot's shape, or with a robots' axis before it."""
   x = v.array(name, x, finite=finite)
   if tuple(x.shape[-len(shape):]) != shape or x.ndim not in (len(shape), len(shape) + 1):
-    want = ", ".join(str(s) for s in shape)
-    raise ValueError(f"{name} must be {what} of shape ({want}) or ({'N, ' + want}) (a row per "
-                     f"robot), got {tuple(x.shape)}")
+    raise ValueError(f"{name} must be {what} of shape {v.pattern(shape)} or "
+                     f"{v.pattern(('N', *shape))} (a row per robot), got {tuple(x.shape)}")
   return x
 
 
@@ -180,9 +179,11 @@ def _closed_loop_impl(tangent, nstep, params, start, ctrls, gains, states, lo, h
 
   inputs = (ctrls.swapaxes(0, 1), gains.swapaxes(0, 1), states[:, :-1].swapaxes(0, 1))
   _, (xs, sensors) = jax.lax.scan(knot, start, inputs)
-  # (T, N, nstep, ...) -> (N, T * nstep, ...)
-  return (xs.swapaxes(0, 1).reshape(n, -1, xs.shape[-1]),
-          sensors.swapaxes(0, 1).reshape(n, -1, sensors.shape[-1]))
+  # (T, N, nstep, ...) -> (N, T * nstep, ...): sizes spelled out, since a model without
+  # sensors has sensordata of width 0, and -1 is then no size at all.
+  steps = ctrls.shape[1] * nstep
+  return (xs.swapaxes(0, 1).reshape(n, steps, xs.shape[-1]),
+          sensors.swapaxes(0, 1).reshape(n, steps, sensors.shape[-1]))
 
 
 def plan_cost(cost: cost_lib.Cost, params: Params, start: Any, ctrls: Any, nstep: int = 1

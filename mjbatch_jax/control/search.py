@@ -16,6 +16,8 @@ from typing import Any, NamedTuple
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jax._src import core as _core  # trace_state_clean: is any trace in progress?
+from jax.core import Tracer
 
 from mjbatch_jax import _validate as v
 from mjbatch_jax.control import _plumbing as pl
@@ -91,7 +93,8 @@ def cem_search(objective: Callable[[jax.Array, jax.Array], Any], mean: Any, std:
   An objective that changes each iteration draws from the index, e.g. new randomised robots:
   mjbatch_jax.randomize(jax.random.fold_in(robot_key, iteration), params, ...). Call
   cem_search outside jit: it jits one iteration (sampling, objective, update; compiled once
-  per call) and runs the iterations in Python.
+  per call) and runs the iterations in Python; called inside a trace (jit, vmap, grad) it
+  raises ValueError.
 
   Args:
     objective: a function (z, iteration) -> values: z (restarts * num_samples, D), restart r's
@@ -124,6 +127,7 @@ def cem_search(objective: Callable[[jax.Array, jax.Array], Any], mean: Any, std:
   if not callable(objective):
     raise ValueError(f"objective must be a function (z, iteration) -> values, got "
                      f"{v.shown(objective)}")
+  _on_the_host(mean=mean, std=std, lower=lower, upper=upper, key=key)
   restarts = v.integer("restarts", restarts, low=1)
   mean = v.array("mean", mean, finite=True)
   if mean.ndim == 1 and mean.shape[0] >= 1:
@@ -235,6 +239,19 @@ def _check_objective(objective: Callable, rows: int, dim: int, dtype: Any) -> An
     raise ValueError(f"objective must return (restarts * num_samples,) = ({rows},) real numbers "
                      f"for z of shape {z.shape}, got {got}")
   return out.dtype if kind == "f" else dtype
+
+
+def _on_the_host(**arrays: Any) -> None:
+  """ValueError if cem_search is being traced (inside jax.jit, vmap, grad), naming a traced
+  argument: its loop over iterations is Python, on the host, so it must be called outside."""
+  why = ("cem_search runs on the host (its loop over iterations is Python, each iteration jitted "
+         "by itself) and must be called outside jax.jit, vmap and grad")
+  for name, value in arrays.items():
+    traced = [x for x in jax.tree_util.tree_leaves(value) if isinstance(x, Tracer)]
+    if traced:
+      raise ValueError(f"{name} must be concrete, got {v.shown(traced[0])}: {why}")
+  if not _core.trace_state_clean():
+    raise ValueError(f"cem_search was called inside a traced function: {why}")
 
 
 def _spread(std: Any, mean: jax.Array) -> jax.Array:

@@ -14,6 +14,7 @@ robot, or a file of another format, is refused with the reason rather than track
 
 import dataclasses
 import hashlib
+import json
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -23,7 +24,7 @@ import numpy as np
 
 from mjbatch_jax import _validate as v
 from mjbatch_jax import archive
-from mjbatch_jax.motion._arrays import numbers
+from mjbatch_jax.motion._arrays import mj_model, numbers
 from mjbatch_jax.names import Names
 
 FORMAT = "mjbatch_jax.motion.clip"
@@ -64,8 +65,7 @@ def fingerprint(model: mujoco.MjModel) -> str:
   Example:
     assert fingerprint(model_a) == fingerprint(model_b)
   """
-  if not isinstance(model, mujoco.MjModel):
-    raise ValueError(f"model must be a mujoco.MjModel, got {type(model).__name__}")
+  model = mj_model("model", model)
   names = Names.of(model)
   digest = hashlib.sha256()
   for kind in ("body", "joint"):
@@ -84,8 +84,7 @@ def body_poses(model: mujoco.MjModel, qpos: Any, bodies: Sequence[str]
   Example:
     xpos, xquat = body_poses(model, clip_qpos, ["pelvis", "torso_link"])
   """
-  if not isinstance(model, mujoco.MjModel):
-    raise ValueError(f"model must be a mujoco.MjModel, got {type(model).__name__}")
+  model = mj_model("model", model)
   qpos = numbers("qpos", qpos, (None, model.nq))
   ids = Names.of(model).ids("body", _names("bodies", bodies))
   data = mujoco.MjData(model)
@@ -118,14 +117,17 @@ def make(model: mujoco.MjModel, qpos: Any, dt: float, bodies: Sequence[str] = ()
     A Clip, its arrays float64 (contact bool) and every shape checked against model.
 
   Raises:
-    ValueError: a shape does not fit model or the frames, a value is not finite, dt <= 0, a
-      body name is unknown, contact is not bool, or metadata is not a mapping.
+    ValueError: model is not an MjModel, a shape does not fit model or the frames, a value is
+      not finite, dt <= 0, a body name is unknown, contact is not bool, or metadata is not a
+      mapping that JSON can hold.
 
   Example:
     clip = make(model, qpos, 0.02, ["pelvis"], contact=feet_down)
   """
+  model = mj_model("model", model)
   qpos = numbers("qpos", qpos, (None, model.nq))
   bodies = _names("bodies", bodies)
+  _metadata({} if metadata is None else metadata)  # before the frames' kinematics
   xpos, xquat = body_poses(model, qpos, bodies)
   return _checked(model, Clip(v.number("dt", dt, 0.0, low_open=True), qpos, bodies, xpos, xquat,
                               qvel, contact, {} if metadata is None else metadata))
@@ -134,9 +136,13 @@ def make(model: mujoco.MjModel, qpos: Any, dt: float, bodies: Sequence[str] = ()
 def save(path: str | Path, clip: Clip, model: mujoco.MjModel) -> Path:
   """Write clip to path (.npz, atomically) with the format version and model's fingerprint.
 
+  path: a file name (str or os.PathLike), not a folder; its folder is made if missing. Every
+  argument is checked before anything is written, and a failed write leaves no file behind.
+
   Example:
     save("squat.npz", clip, model)
   """
+  model = mj_model("model", model)
   if not isinstance(clip, Clip):
     raise ValueError(f"clip must be a Clip, got {type(clip).__name__}")
   clip = _checked(model, clip)
@@ -154,6 +160,7 @@ def load(path: str | Path, model: mujoco.MjModel) -> Clip:
   Example:
     clip = load("squat.npz", model)
   """
+  model = mj_model("model", model)
   arrays, header = archive.read(path, what="a motion clip")
   if header.get("format") != FORMAT:
     raise ValueError(f"{path} is not a motion clip: its header's format is "
@@ -179,6 +186,19 @@ def _names(name: str, values: Any) -> tuple[str, ...]:
   if not all(isinstance(n, str) for n in values):
     raise ValueError(f"{name} must be body names (strings), got {v.shown(values)}")
   return tuple(values)
+
+
+def _metadata(value: Any) -> dict[str, Any]:
+  """value, a mapping JSON can hold, as the dict save writes (numpy scalars made numbers)."""
+  if not isinstance(value, Mapping):
+    raise ValueError(f"metadata must be a mapping, got {v.shown(value)}")
+  metadata = dict(archive.plain(value))
+  try:  # as save writes it: refused when the clip is made rather than when it is saved
+    json.dumps(metadata, allow_nan=True)
+  except (TypeError, ValueError, RecursionError) as e:
+    raise ValueError(f"metadata must hold only what JSON can (dicts, lists, strings, numbers, "
+                     f"booleans, None), got {v.shown(value)} ({type(e).__name__}: {e})") from None
+  return metadata
 
 
 def _checked(model: mujoco.MjModel, clip: Clip, where: str = "") -> Clip:
@@ -207,9 +227,7 @@ def _checked(model: mujoco.MjModel, clip: Clip, where: str = "") -> Clip:
         raise ValueError(f"contact must be booleans with {frames} rows (one per frame), got "
                          f"{v.shown(contact)} of dtype {contact.dtype}")
       fields["contact"] = contact
-    if not isinstance(clip.metadata, Mapping):
-      raise ValueError(f"metadata must be a mapping, got {v.shown(clip.metadata)}")
-    fields["metadata"] = dict(archive.plain(clip.metadata))
+    fields["metadata"] = _metadata(clip.metadata)
   except ValueError as e:
     raise ValueError(f"{where}{e}") from None
   return dataclasses.replace(clip, **fields)

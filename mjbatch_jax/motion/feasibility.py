@@ -29,7 +29,7 @@ import mujoco
 import numpy as np
 
 from mjbatch_jax import _validate as v
-from mjbatch_jax.motion._arrays import numbers
+from mjbatch_jax.motion._arrays import mj_model, numbers
 from mjbatch_jax.names import Names
 
 
@@ -115,8 +115,7 @@ def feasibility(model: mujoco.MjModel, qpos: Any, qvel: Any, qacc: Any, contact:
     result = feasibility(model, qpos, qvel, qacc, np.ones(len(qpos), bool), ["foot"],
                          Sole((-0.1, 0.1), 0.05))
   """
-  if not isinstance(model, mujoco.MjModel):
-    raise ValueError(f"model must be a mujoco.MjModel, got {type(model).__name__}")
+  model = mj_model("model", model)
   qpos = numbers("qpos", qpos, (None, model.nq))
   n = len(qpos)
   if n == 0:
@@ -131,6 +130,9 @@ def feasibility(model: mujoco.MjModel, qpos: Any, qvel: Any, qacc: Any, contact:
   names = Names.of(model)
   bodies = [names.id("body", b) for b in contact_bodies]
   k = len(bodies)
+  if 0 in bodies or len(set(bodies)) != k:
+    raise ValueError(f"contact_bodies must name distinct bodies of the robot (not the world), "
+                     f"got {v.shown(contact_bodies)}")
   contact = _flags("contact", contact, ((n,), (n, k)))
   if contact.ndim == 1:
     contact = np.repeat(contact[:, None], k, axis=1)

@@ -68,8 +68,9 @@ def landing(floor: Any, height: Any, dt: float, *, min_flight: float,
     Landing. Among flights of equal length, the first.
 
   Raises:
-    ValueError: arrays of other shapes or with NaN, fewer than 2 columns of floor, a dt that is
-      not > 0, a negative min_flight or a non-finite upright_height.
+    ValueError: arrays of other shapes or with NaN, fewer than 2 columns of floor, a count in
+      floor that is negative or not whole, a dt that is not > 0, a negative min_flight or a
+      non-finite upright_height.
 
   Example:
     done = landing(sensordata[:, [left, right, robot]], qpos[:, 2], 0.002, min_flight=0.1,
@@ -79,6 +80,11 @@ def landing(floor: Any, height: Any, dt: float, *, min_flight: float,
   if floor.shape[1] < 2:
     raise ValueError(f"floor must have a column per foot and one for the robot (at least 2), got "
                      f"shape {floor.shape}")
+  bad = (floor < 0) | (floor != np.round(floor))
+  if np.any(bad):
+    first = tuple(int(i) for i in np.argwhere(bad)[0])
+    raise ValueError(f"floor must hold contact counts (whole numbers >= 0), got {floor[first]} at "
+                     f"index {first}")
   height = numbers("height", height, (floor.shape[0],))
   dt = v.number("dt", dt, low=0.0, low_open=True)
   min_flight = v.number("min_flight", min_flight, low=0.0)

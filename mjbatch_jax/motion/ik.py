@@ -23,6 +23,7 @@ shorter than `tolerance`.
 """
 
 import dataclasses
+import threading
 from collections.abc import Mapping, Sequence
 from typing import Any, NamedTuple
 
@@ -30,7 +31,7 @@ import mujoco
 import numpy as np
 
 from mjbatch_jax import _validate as v
-from mjbatch_jax.motion._arrays import numbers
+from mjbatch_jax.motion._arrays import mj_model, numbers
 from mjbatch_jax.names import Names
 
 MODES = ("weighted", "null_space")
@@ -225,6 +226,11 @@ class IK:
     active_set_passes: in "null_space" mode, how many times a step is solved again with the
       joints that it pushes past a limit frozen.
 
+  An IK computes in one MjData of its own (data), so it solves one pose at a time: solve and
+  kinematics hold a lock while they use it, and threads that share an IK take turns (each gets
+  the answer it would get alone). For poses solved in parallel, give each thread its own IK.
+  kinematics returns that MjData itself: read it before this IK is used again.
+
   Example:
     ik = IK(model, posture, mode="null_space")
     qpos = ik.solve(qpos, [BodyPosition("hand", target)], iterations=60).qpos
@@ -234,9 +240,9 @@ class IK:
                posture_weight: float = 0.05, damping: float | None = None,
                trust_region: float | None = None, tolerance: float = 1e-9,
                active_set_passes: int = 4):
-    if not isinstance(model, mujoco.MjModel):
-      raise ValueError(f"model must be a mujoco.MjModel, got {type(model).__name__}")
-    self.model, self.data = model, mujoco.MjData(model)
+    self.model = mj_model("model", model)
+    self.data = mujoco.MjData(model)
+    self._lock = threading.Lock()  # self.data is one MjData: one solve at a time
     self.names = Names.of(model)
     self.mode = v.one_of("mode", mode, MODES)
     self.posture = (model.qpos0.copy() if posture is None
@@ -264,7 +270,15 @@ class IK:
     self._posture_dof = _contiguous(self._joint_dof)
 
   def kinematics(self, qpos: np.ndarray) -> mujoco.MjData:
-    """The IK's MjData at qpos, with what the Jacobians read (mj_kinematics, mj_comPos)."""
+    """The IK's MjData at qpos, with what the Jacobians read (mj_kinematics, mj_comPos).
+
+    The IK's own MjData, not a copy: what it holds is valid until the IK is used again (a solve
+    or kinematics, from any thread).
+    """
+    with self._lock:
+      return self._kinematics(qpos)
+
+  def _kinematics(self, qpos: np.ndarray) -> mujoco.MjData:
     self.data.qpos[:] = qpos
     mujoco.mj_kinematics(self.model, self.data)
     mujoco.mj_comPos(self.model, self.data)
@@ -280,11 +294,17 @@ class IK:
     Example:
       solution = ik.solve(qpos, [BodyPosition("foot", [0.1, 0.0, 0.0])], iterations=100)
     """
-    m, d, nv = self.model, self.data, self.model.nv
-    qpos = _vector("qpos", qpos, m.nq).copy()
+    qpos = _vector("qpos", qpos, self.model.nq).copy()
     iterations = v.integer("iterations", iterations, 0)
     free_root = v.flag("free_root", free_root)
     compiled = self._compile(tasks)
+    with self._lock:
+      return self._solve(qpos, compiled, iterations, free_root)
+
+  def _solve(self, qpos: np.ndarray, compiled: list[tuple], iterations: int,
+             free_root: bool) -> Solution:
+    """solve's steps in self.data, under self._lock."""
+    m, d, nv = self.model, self.data, self.model.nv
     jacp, jacr = np.zeros((3, nv)), np.zeros((3, nv))
     eye = np.eye(nv)
     lo, hi = self._joint_range[:, 0], self._joint_range[:, 1]
@@ -292,7 +312,7 @@ class IK:
     free[self._root_dofs] = free_root
     error_m, steps = np.inf, 0
     for _ in range(iterations):
-      self.kinematics(qpos)
+      self._kinematics(qpos)
       rows, errors = [], []
       error_m = 0.0
       for kind, index, weight, axes, target in compiled:

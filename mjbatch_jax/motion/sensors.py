@@ -35,6 +35,11 @@ def floor_contact_sensors(spec: mujoco.MjSpec, bodies: Mapping[str, str] | Seque
       f"{prefix} robot" counts the contacts of any of its bodies with the floor. None: no such
       sensor.
     floor: the floor geom's name.
+    prefix: what the sensors' names begin with (a string).
+
+  Raises:
+    ValueError: spec is not an MjSpec, a body or the floor is not in it, a name is not a string,
+      or a sensor's name is taken.
 
   Example:
     names = floor_contact_sensors(spec, ["left_foot", "right_foot"], robot="torso")
@@ -43,6 +48,11 @@ def floor_contact_sensors(spec: mujoco.MjSpec, bodies: Mapping[str, str] | Seque
   """
   if not isinstance(spec, mujoco.MjSpec):
     raise ValueError(f"spec must be a mujoco.MjSpec, got {type(spec).__name__}")
+  if not isinstance(floor, str):
+    raise ValueError(f"floor must be the floor geom's name (a string), got {v.shown(floor)}")
+  if not isinstance(prefix, str):
+    raise ValueError(f"prefix must be a string (the sensors' names begin with it), got "
+                     f"{v.shown(prefix)}")
   # mjOBJ_BODY matches the body's own geoms, mjOBJ_XBODY those of its whole subtree.
   if isinstance(bodies, Mapping):
     wanted = [(label, body, mujoco.mjtObj.mjOBJ_BODY) for label, body in bodies.items()]

@@ -13,15 +13,17 @@ relative to its horizontal position, so that a drift of the whole robot over the
 only the root's own (usually small) horizontal weight.
 """
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 
 from mjbatch_jax import _validate as v
 from mjbatch_jax import control, rotations
 from mjbatch_jax.motion._arrays import numbers
+from mjbatch_jax.simulator import Simulator
 
 
 def pose_errors(xpos: Any, xquat: Any, ref_pos: Any, ref_quat: Any,
@@ -29,7 +31,8 @@ def pose_errors(xpos: Any, xquat: Any, ref_pos: Any, ref_quat: Any,
   """(..., B, 6): position (m) and orientation (rad, rotation vector) errors of B bodies' poses
   (..., B, 3) and (..., B, 4) against the reference's; body 0 is the root (see the module).
 
-  Pure JAX (jit, vmap and grad go through it); shapes are not checked here.
+  Pure JAX (jit, vmap and grad go through it); the arguments' shapes are checked (when traced
+  too), not their values.
 
   Args:
     xpos: (..., B, 3) the bodies' world positions (m), body 0 the root.
@@ -45,14 +48,45 @@ def pose_errors(xpos: Any, xquat: Any, ref_pos: Any, ref_quat: Any,
     for bodies 1..B-1), then the rotation vector in the reference's frame that turns ref_quat
     into xquat (rotations.difference(xquat, ref_quat)).
 
+  Raises:
+    ValueError: an argument is not an array of numbers of its shape, their leading dimensions
+      (..., B) do not broadcast to one shape, or loose_root is not True or False.
+
   Example:
     errors = motion.pose_errors(obs["xpos"][ids], obs["xquat"][ids], clip.xpos[t], clip.xquat[t])
   """
+  xpos, ref_pos = _poses("xpos", xpos, 3), _poses("ref_pos", ref_pos, 3)
+  xquat, ref_quat = _poses("xquat", xquat, 4), _poses("ref_quat", ref_quat, 4)
+  named = (("xpos", xpos), ("xquat", xquat), ("ref_pos", ref_pos), ("ref_quat", ref_quat))
+  try:
+    lead = np.broadcast_shapes(*(jnp.shape(x)[:-1] for _, x in named))
+  except ValueError:
+    given = ", ".join(f"{name} {tuple(jnp.shape(x))}" for name, x in named)
+    raise ValueError(f"xpos, xquat, ref_pos and ref_quat must be (..., B, 3) and (..., B, 4) "
+                     f"poses whose leading dimensions (..., B) broadcast to one shape, got "
+                     f"{given}") from None
+  loose_root = v.flag("loose_root", loose_root)
   pos = xpos - ref_pos
   if loose_root:
     drift = pos[..., :1, :] * jnp.array([1.0, 1.0, 0.0])  # the root's horizontal looseness
     pos = jnp.concatenate([pos[..., :1, :], pos[..., 1:, :] - drift], axis=-2)
-  return jnp.concatenate([pos, rotations.difference(xquat, ref_quat)], axis=-1)
+  rot = rotations.difference(xquat, ref_quat)
+  if jnp.shape(pos)[:-1] != lead:  # the positions broadcast against the orientations
+    pos = jnp.broadcast_to(pos, (*lead, 3))
+  if jnp.shape(rot)[:-1] != lead:
+    rot = jnp.broadcast_to(rot, (*lead, 3))
+  return jnp.concatenate([pos, rot], axis=-1)
+
+
+def _poses(name: str, x: Any, width: int) -> Any:
+  """x, (..., B, width) numbers: a float array as it is (its values, traced or not, unread),
+  anything else as _validate.array makes it."""
+  shape = (..., None, width)
+  if isinstance(x, (jax.Array, np.ndarray)) and jnp.issubdtype(x.dtype, jnp.floating):
+    if not v.matches(x.shape, shape):
+      raise ValueError(f"{name} must have shape {v.pattern(shape)}, got {tuple(x.shape)}")
+    return x
+  return v.array(name, x, shape)
 
 
 def tracking_cost(sim: Any, xpos: Any, xquat: Any, qpos: Any, bodies: Sequence[str], *,
@@ -76,23 +110,45 @@ def tracking_cost(sim: Any, xpos: Any, xquat: Any, qpos: Any, bodies: Sequence[s
 
   Returns:
     A control.Cost observing xpos and xquat; its last knot has no control term.
+
+  Raises:
+    ValueError: sim is not a Simulator, bodies is not a sequence of its bodies' names, the
+      clip's arrays are not finite, of no frame or of other shapes, a weight or threshold is
+      negative, or the model has not one actuator per hinge after a free root.
   """
-  bodies = tuple(bodies)
+  if not isinstance(sim, Simulator):
+    raise ValueError(f"sim must be a mjbatch_jax.Simulator (of the tracked model), got "
+                     f"{type(sim).__name__}")
+  given = bodies
+  try:  # a string is one name, not a sequence of them
+    bodies = () if isinstance(bodies, (str, bytes, Mapping)) else tuple(bodies)
+  except TypeError:
+    bodies = ()
   if not bodies or not all(isinstance(b, str) for b in bodies):
-    raise ValueError(f"bodies must be a non-empty sequence of body names, got {v.shown(bodies)}")
+    raise ValueError(f"bodies must be a non-empty sequence of body names, got {v.shown(given)}")
   ids = np.asarray(sim.names.bodies(list(bodies)))
   count = len(bodies)
   ref_pos = numbers("xpos", xpos, (None, count, 3))
   frames = len(ref_pos)
+  if frames == 0:
+    raise ValueError(f"xpos must hold at least one frame, got shape {ref_pos.shape}")
   ref_quat = numbers("xquat", xquat, (frames, count, 4))
   ref_qpos = numbers("qpos", qpos, (frames, sim.model.nq))
-  weight = np.broadcast_to(numbers("pos_weight", pos_weight), (count, 3)).astype(np.float64)
+  weight = numbers("pos_weight", pos_weight)
+  try:
+    weight = np.broadcast_to(weight, (count, 3)).astype(np.float64)
+  except ValueError:
+    raise ValueError(f"pos_weight must be a number or have shape (B, 3) = ({count}, 3) (per "
+                     f"tracked body and axis; broadcast), got shape {weight.shape}") from None
   for name, value in (("rot_weight", rot_weight), ("ctrl_weight", ctrl_weight),
                       ("pos_threshold", pos_threshold), ("rot_threshold", rot_threshold)):
     v.number(name, value, low=0.0)
-  if np.any(weight < 0) or sim.nu != sim.model.nq - 7:
-    raise ValueError("pos_weight must be >= 0, and the model must have one actuator per hinge "
-                     f"after a free root (nu {sim.nu}, nq {sim.model.nq})")
+  loose_root = v.flag("loose_root", loose_root)
+  if np.any(weight < 0):
+    raise ValueError(f"pos_weight must be >= 0, got {v.shown(pos_weight)}")
+  if sim.nu != sim.model.nq - 7:
+    raise ValueError(f"the model must have one actuator per hinge after a free root (nu "
+                     f"{sim.nu}, nq {sim.model.nq})")
   ref_pos, ref_quat = jnp.asarray(ref_pos), jnp.asarray(ref_quat)
   ctrl_ref = jnp.asarray(ref_qpos[:, 7:])
   scale = np.concatenate([np.sqrt(weight), np.full((count, 3), np.sqrt(rot_weight))], axis=1)

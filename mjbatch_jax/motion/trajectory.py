@@ -17,7 +17,9 @@ import mujoco
 import numpy as np
 
 from mjbatch_jax import _validate as v
-from mjbatch_jax.motion._arrays import numbers
+from mjbatch_jax.motion._arrays import mj_model, numbers, scratch_data
+
+_ENDS = ("p0", "v0", "a0", "p1", "v1", "a1")
 
 
 def quintic(p0: Any, v0: Any, a0: Any, p1: Any, v1: Any, a1: Any, duration: float,
@@ -25,23 +27,36 @@ def quintic(p0: Any, v0: Any, a0: Any, p1: Any, v1: Any, a1: Any, duration: floa
   """The quintic from (position, velocity, acceleration) at 0 to those at duration, at times t.
 
   Args:
-    p0, v0, a0: the start's position, velocity and acceleration (scalars or arrays of one shape
-      P, broadcast).
+    p0, v0, a0: the start's position, velocity and acceleration (finite numbers, or arrays that
+      broadcast with the other five to one shape P).
     p1, v1, a1: the end's, likewise.
     duration: seconds, > 0.
-    t: a time or an array of times (T,); clipped to [0, duration] (held at the ends).
+    t: a time or an array of times (T,), finite; clipped to [0, duration] (held at the ends).
 
   Returns:
     t.shape + P positions.
+
+  Raises:
+    ValueError: an argument is not finite numbers, the six ends do not broadcast to one shape,
+      or duration is not > 0.
 
   Example:
     height = quintic(0.65, 0, 0, 0.4, 0, 0, 0.6, np.linspace(0, 0.6, 31))  # a crouch
   """
   duration = v.number("duration", duration, low=0.0, low_open=True)
-  p0, v0, a0, p1, v1, a1 = (np.asarray(x, float) for x in (p0, v0, a0, p1, v1, a1))
+  ends = [numbers(name, x) for name, x in zip(_ENDS, (p0, v0, a0, p1, v1, a1), strict=True)]
+  shape: tuple[int, ...] = ()
+  for i, (name, x) in enumerate(zip(_ENDS, ends, strict=True)):
+    try:
+      shape = np.broadcast_shapes(shape, x.shape)
+    except ValueError:
+      given = ", ".join(f"{n} {e.shape}" for n, e in zip(_ENDS[:i], ends, strict=False))
+      raise ValueError(f"{name} must broadcast with the other ends to one shape P, got shape "
+                       f"{x.shape} against {given}") from None
+  p0, v0, a0, p1, v1, a1 = ends
   T = duration
-  s = np.clip(np.asarray(t, float) / T, 0.0, 1.0)
-  s = s.reshape(s.shape + (1,) * p0.ndim)
+  s = np.clip(numbers("t", t) / T, 0.0, 1.0)
+  s = s.reshape(s.shape + (1,) * len(shape))
   c0, c1, c2 = p0, v0 * T, 0.5 * a0 * T * T
   d, e, f = p1 - c0 - c1 - c2, v1 * T - c1 - 2 * c2, a1 * T * T - 2 * c2
   c3, c4, c5 = 10 * d - 4 * e + 0.5 * f, -15 * d + 7 * e - f, 6 * d - 3 * e + 0.5 * f
@@ -59,6 +74,7 @@ def velocities(model: mujoco.MjModel, qpos: Any, dt: float) -> np.ndarray:
     qvel = velocities(model, qpos, 0.005)
     qacc = np.gradient(qvel, 0.005, axis=0)
   """
+  model = mj_model("model", model)
   qpos = numbers("qpos", qpos, (None, model.nq))
   if len(qpos) < 2:
     raise ValueError(f"qpos must have at least 2 poses to difference, got {len(qpos)}")
@@ -69,7 +85,7 @@ def velocities(model: mujoco.MjModel, qpos: Any, dt: float) -> np.ndarray:
   return np.concatenate([diff[:1], 0.5 * (diff[:-1] + diff[1:]), diff[-1:]])
 
 
-def angular_momentum(model: mujoco.MjModel, data: mujoco.MjData, qpos: Any, qvel: Any,
+def angular_momentum(model: mujoco.MjModel, data: mujoco.MjData | None, qpos: Any, qvel: Any,
                      body: int = 1) -> np.ndarray:
   """(3,) the angular momentum of body's subtree about its centre of mass, in the world frame.
 
@@ -77,13 +93,28 @@ def angular_momentum(model: mujoco.MjModel, data: mujoco.MjData, qpos: Any, qvel
   scratch MjData of model whose qpos and qvel are overwritten. body 1 (the first body under the
   world) is the whole robot when it has a free root.
 
+  Args:
+    model: the robot's mujoco.MjModel.
+    data: a scratch mujoco.MjData of model (made by mujoco.MjData(model), or of a model of the
+      same sizes); None: one is made for this call (simpler, slower when called per frame).
+    qpos, qvel: (nq,) and (nv,) the state, finite.
+    body: the subtree's root body id, in [0, nbody).
+
+  Raises:
+    ValueError: model is not an MjModel, data is not an MjData of model's sizes, a shape or
+      value is wrong, or body is out of range; before data is written.
+
   Example:
     scratch = mujoco.MjData(model)
     inertia = angular_momentum(model, scratch, qpos, np.eye(model.nv)[4])[1]  # pitch inertia
   """
-  data.qpos[:] = numbers("qpos", qpos, (model.nq,))
-  data.qvel[:] = numbers("qvel", qvel, (model.nv,))
+  model = mj_model("model", model)
+  data = scratch_data(model, data)
+  qpos = numbers("qpos", qpos, (model.nq,))
+  qvel = numbers("qvel", qvel, (model.nv,))
   body = v.integer("body", body, 0, model.nbody - 1)
+  data.qpos[:] = qpos
+  data.qvel[:] = qvel
   for stage in (mujoco.mj_kinematics, mujoco.mj_comPos, mujoco.mj_comVel, mujoco.mj_subtreeVel):
     stage(model, data)
   return data.subtree_angmom[body].copy()
