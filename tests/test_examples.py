@@ -318,79 +318,61 @@ def test_g1_backflip(tmp_path):
 
   if not G1.exists():
     pytest.skip(MODELS_MISSING)
+  flip = example_module("g1_backflip")
   plan_path = tmp_path / "flip.npz"
-  # The clip's first 24 frames, one CEM iteration of 8 candidates, one iLQR iteration, the
-  # closed loop on 2 randomised robots.
-  small = ("--frames", "24", "--samples", "8", "--cem-iterations", "1", "--iterations", "1",
-           "--robust", "2", "--threads", "2")
-  out = run("g1_backflip.py", *small, "--out", str(plan_path), timeout=2400)
-  assert "feasibility: peak torque / limit:" in out
+  # The clip's first 100 frames (the flight ends at knot 83), the program as it is, one iLQR
+  # iteration, one iteration of the push's search, the closed loop on 2 randomised robots.
+  small = ("--frames", "100", "--iterations", "1", "--push-iterations", "1")
+  out = run("g1_backflip.py", *small, "--robust", "2", "--threads", "2", "--out", str(plan_path),
+            timeout=2400)
+  assert "feasibility: peak torque / limit" in out
   assert number(r"L = (-[\d.]+) kg m\^2/s", out) < 0  # a backward turn
+  assert out.count("push search") == 1 and out.count("push check") == 2  # the means: 2
+  assert "open loop replays the plan's states within 0.0e+00" in out
   summary = json.loads(out.strip().splitlines()[-1])
-  assert set(summary) == {"rotation_rad", "flight_s", "apex_m", "landed", "upright_s",
-                          "mean_pos_err_mm", "mean_rot_err_deg", "open_loop_landed",
-                          "robust_landed_share"}
-  assert "open-loop replay differs from the plan's states by 0.0e+00" in out
-  assert out.count("closed-loop gains at mu") == 4  # a backward pass per default candidate
+  assert set(summary) == {"rotation_rad", "target_rad", "complete", "flight_s", "apex_m",
+                          "landed", "upright_s", "mean_pos_err_mm", "mean_rot_err_deg",
+                          "open_loop_landed", "robust_robots", "robust_landed_share"}
+  assert summary["complete"] == (summary["rotation_rad"] >= summary["target_rad"])
+  assert summary["target_rad"] == pytest.approx(2 * np.pi - 0.3) and summary["robust_robots"] == 2
   arrays, meta = common_module().load_result(plan_path, "g1_backflip")
-  assert arrays["ctrl"].shape == (24, 29) and arrays["states"].shape[0] == 25
-  assert arrays["gains"].shape == (24, 29, 70)
-  assert meta["frames"] == 24
+  cfg = flip.Config(frames=100, iterations=1, push_iterations=1)
+  assert meta["config"] == cfg.record() and meta["config_fingerprint"] == flip.common.fingerprint(
+    cfg.record())
+  assert arrays["ctrl"].shape == (100, 29) and arrays["states"].shape[0] == 101
+  assert arrays["holds"].shape == (cfg.tuck_holds, len(cfg.tilts), 100, 29)
+  assert np.array_equal(arrays["holds"][0, 0], arrays["ctrl"])
+  decide, tilt_at, land_from = arrays["landing_knots"].tolist()
+  assert decide < tilt_at <= land_from < 100
 
   # --play in a fresh process: the same replay, bit for bit, and the same numbers.
-  replay = run("g1_backflip.py", "--play", "--robust", "2", "--out", str(plan_path),
+  replay = run("g1_backflip.py", *small, "--play", "--robust", "2", "--out", str(plan_path),
                timeout=1800)
-  assert "open-loop replay differs from the plan's states by 0.0e+00" in replay
+  assert "open loop replays the plan's states within 0.0e+00" in replay
   assert json.loads(replay.strip().splitlines()[-1]) == summary
   assert plan_path.with_suffix(".png").exists()
 
-  # knees-first, whose closed loop is the landing's (the push searched again, a hold of the tuck
-  # and a tilt chosen in flight, the landing MPC), at a reduced size: the clip's first 100 frames
-  # (the flight ends at knot 83), the program's plan, one push iteration.
-  flip = example_module("g1_backflip")
-  landing_path = tmp_path / "landing.npz"
-  out = run("g1_backflip.py", "--program", "knees-first", "--frames", "100", "--samples", "8",
-            "--cem-iterations", "0", "--iterations", "0", "--push-iterations", "1", "--robust",
-            "2", "--threads", "2", "--out", str(landing_path), timeout=2400)
-  assert out.count("push CEM") == 1 and "the hold is chosen at knot 58" in out
-  assert "open-loop replay differs from the plan's states by 0.0e+00" in out
-  assert "closed-loop gains at mu" not in out  # the landing's closed loop has no gains
-  landing_summary = json.loads(out.strip().splitlines()[-1])
-  assert landing_summary["rotation_rad"] > 5.0  # the knees-first turn, here all but landed
-  arrays, landing_meta = common_module().load_result(landing_path, "g1_backflip")
-  assert "gains" not in arrays
-  assert arrays["holds"].shape == (flip.TUCK_HOLDS, len(flip.LANDING_TILTS), 100, 29)
-  assert np.array_equal(arrays["holds"][0, 0], arrays["ctrl"])
-  decide, tilt_at, land_from = arrays["landing_knots"].tolist()
-  assert decide == 58 and decide < tilt_at <= land_from < 100
-  assert f"at knot {tilt_at}, the MPC from knot {land_from}" in out
-  replay = run("g1_backflip.py", "--play", "--robust", "2", "--out", str(landing_path),
-               timeout=1800)
-  assert json.loads(replay.strip().splitlines()[-1]) == landing_summary
-  landing_meta["landing"] = {**landing_meta["landing"], "seed": 1}
-  other = tmp_path / "other_landing.npz"
-  common_module().save_result(other, "g1_backflip", arrays, landing_meta,
-                              version=flip.version(flip.load_model(None), flip.Flip()))
-  code, err = _refusal("g1_backflip.py", "--play", "--out", str(other))
-  assert code == 1 and "other landing settings" in err
-
   # Bad inputs: clear errors, no tracebacks.
+  code, err = _refusal("g1_backflip.py", "--frames", "100", "--iterations", "1",
+                       "--push-iterations", "2", "--play", "--out", str(plan_path))
+  assert code == 1 and "solved with another config: push_iterations (saved 1, here 2)" in err
+  code, err = _refusal("g1_backflip.py", "--play", "--out", str(plan_path))  # the defaults
+  assert code == 1 and "frames (saved 100, here 200)" in err and "iterations (saved 1" in err
   code, err = _refusal("g1_backflip.py", "--play", "--out", str(tmp_path / "none.npz"))
   assert code == 1 and "no result file" in err
   other = tmp_path / "other.npz"  # a plan saved for another version of the model or task
   common_module().save_result(other, "g1_backflip", arrays, meta, version="0" * 16)
-  code, err = _refusal("g1_backflip.py", "--play", "--out", str(other))
+  code, err = _refusal("g1_backflip.py", *small, "--play", "--out", str(other))
   assert code == 1 and "another version" in err
-  code, err = _refusal("g1_backflip.py", "--program", "pike")
-  assert code == 2 and "invalid choice: 'pike'" in err and "knees-first" in err
   code, err = _refusal("g1_backflip.py", "--frames", "500")
   assert code == 2 and "must be an integer in [2, 200]" in err
   for iterations in ("-1", "nan", "2.5", "1001"):
     code, err = _refusal("g1_backflip.py", "--push-iterations", iterations)
-    assert code == 2 and "must be an integer in [0, 1000] (push CEM iterations)" in err, err
-  for mu in ("1,nan", "0", "1,,2"):
-    code, err = _refusal("g1_backflip.py", "--gains-mu", mu)
-    assert code == 2 and "must be a finite number > 0 (regularisation)" in err
+    assert code == 2 and "must be an integer in [0, 1000] (iterations of the push's" in err, err
+  code, err = _refusal("g1_backflip.py", "--samples", "1")
+  assert code == 2 and "0 (no search) or at least 2 candidates" in err
+  code, err = _refusal("g1_backflip.py", "--program", "knees-first")  # gone: the default now
+  assert code == 2 and "unrecognized arguments: --program" in err
   model = tmp_path / "ball.xml"
   model.write_text('<mujoco><worldbody><geom name="floor" type="plane" size="1 1 .1"/>'
                    '<body name="pelvis"><freejoint/><geom size=".1"/></body></worldbody>'
@@ -399,79 +381,61 @@ def test_g1_backflip(tmp_path):
   assert code == 1 and "has no bodies named" in err and "torso_link" in err
 
 
-def test_g1_backflip_programs_leave_as_their_comments_say():
-  """The two pushes the backflip's search can start from, each replayed by plain mj_step from
-  the clip's first pose: hips and knees together leave with the pelvis pitched back; knees first
-  leave with it leaning forward, turn more than 5.5 rad in flight and stand (nominal robot)."""
+def test_g1_backflip_warm_start_flips_and_its_guard_keeps_it():
+  """The default program (the warm start iLQR starts from), replayed by plain mj_step from the
+  clip's first pose, leaves leaning forward, turns more than 5.5 rad in flight and stands on the
+  nominal robot; the example's guard (control.ensemble_guard on its guard robots) accepts it
+  and refuses the same controls with the tuck held from 1.2 s on, jitted as ilqr calls it."""
   from tests.models import G1, MODELS_MISSING
 
   if not G1.exists():
     pytest.skip(MODELS_MISSING)
   flip = example_module("g1_backflip")
-  model, shape, _, clip, nstep, _ = flip.prepare(flip.parse_args([]), log=lambda *_: None)
-  # The joint angles are the warm start solve picks (its log: "the warm start is the former").
-  plan = flip.program(model, clip["angles"], shape.push_start)
-  with flip.mjbatch_jax.Simulator(model, num_threads=1) as sim:
-    start = np.asarray(flip.start_state(sim, clip))
+  cfg = flip.Config()
+  model = flip.load_model(None)
+  clip, _ = flip.prepare(model, cfg, log=lambda *_: None)
+  nstep = round(flip.FRAME_DT / model.opt.timestep)
+  with flip.mjbatch_jax.Simulator(model, num_threads=2) as sim:
+    start = flip.start_state(sim, clip)
+    cost = flip.tracking_cost(sim, clip)
+    base = min((clip["angles"], clip["servo"]), key=lambda u: float(
+      flip.control.plan_cost(cost, sim.params(1), start, u, nstep)[0]))
+    warm = np.asarray(flip.program(model, cfg, base)(flip.jnp.asarray(np.ravel(cfg.program))))
     floor = flip.floor_columns(sim)
-  results = {}
-  for name, start_program in flip.PROGRAMS.items():
-    ctrls = np.asarray(plan(flip.jnp.asarray(start_program.ravel())))
     data = mujoco.MjData(model)
-    # The start as the example's (an integration state): the knees-first landing is sensitive
-    # enough that a start rounding differently from it lands on a knee.
-    mujoco.mj_setState(model, data, start, mujoco.mjtState.mjSTATE_INTEGRATION)
+    mujoco.mj_setState(model, data, np.asarray(start), mujoco.mjtState.mjSTATE_INTEGRATION)
     qpos, contacts = [], []
-    for u in ctrls:
+    for u in warm:
       data.ctrl[:] = u
       for _ in range(nstep):
         mujoco.mj_step(model, data)
         qpos.append(data.qpos.copy())
         contacts.append(data.sensordata[floor].copy())
-    results[name] = flip.flip_metrics(np.array(qpos), np.array(contacts), model.opt.timestep)
-  together, knees_first = results["together"], results["knees-first"]
-  assert together["takeoff_pitch"] < -0.5, together
-  assert knees_first["takeoff_pitch"] > 0.2, knees_first
-  assert knees_first["rotation_rad"] > 5.5 and flip.stands(knees_first), knees_first
+    metrics = flip.flip_metrics(cfg, np.array(qpos), np.array(contacts), model.opt.timestep)
+    off = round(metrics["takeoff_s"] / model.opt.timestep)
+    w, _, y, _ = qpos[off][3:7]
+    assert 2 * np.arctan2(y, w) > 0.2, metrics  # the pelvis pitched forward (nose down)
+    assert metrics["rotation_rad"] > 5.5 and flip.stands(cfg, metrics), metrics
+
+    ensemble = flip.robots(sim, 0)
+    log = []
+    guard = flip.control.ensemble_guard(
+      lambda u: flip.control.open_loop(ensemble.params("guard", cfg.guard_robots), start, u,
+                                       nstep),
+      lambda row: flip.stands(cfg, flip.replay_metrics(sim, cfg, row[0][None], row[1][None])[0]),
+      warm, log=log.append)
+    assert guard.accept is not None and guard.warm.passed[0] and "refuses steps" in log[0]
+    fallen = warm.copy()
+    fallen[60:] = warm[60]
+    accept = flip.jax.jit(guard.accept)
+    assert bool(accept(None, flip.jnp.asarray(warm))) and guard.refusals == []
+    assert not bool(accept(None, flip.jnp.asarray(fallen)))
+    assert len(guard.refusals) == 1 and not guard.refusals[0].passed[0] and guard.asked == 2
 
 
-def test_g1_backflip_guard_keeps_the_saved_flip_and_refuses_a_fall():
-  """track's guard (flip_guard) about the committed default plan: the plan itself passes; the
-  same controls with the tuck held from 1.2 s on (the robot no longer lands and stands) are
-  refused, and logged with their tracking cost; a warm start that does not stand gives no guard.
-  The same call ilqr makes, jitted."""
-  from tests.models import G1, MODELS_MISSING
-
-  if not G1.exists():
-    pytest.skip(MODELS_MISSING)
-  flip = example_module("g1_backflip")
-  common = common_module()
-  saved, meta = common.load_result(EXAMPLES / "results" / "g1_backflip.npz", flip.KIND)
-  model = flip.load_model(None)
-  start, ctrl, states = saved["start"], saved["ctrl"], saved["states"]
-  fallen = ctrl.copy()
-  fallen[60:] = ctrl[60]
-  clip = {"qpos": saved["ref_qpos"], "xpos": saved["ref_xpos"], "xquat": saved["ref_xquat"]}
-  nstep = int(meta["nstep"])
-  log = []
-  with flip.mjbatch_jax.Simulator(model, num_threads=2) as sim:
-    cost = flip.tracking_cost(sim, clip)
-    accept, refused = flip.flip_guard(sim, start, ctrl, nstep, meta["seed"], log.append, cost)
-    assert accept is not None and len(log) == 1 and "the warm start stands" in log[0]
-    guarded = flip.jax.jit(accept)
-    assert bool(guarded(states, ctrl)) and refused == [] and len(log) == 1
-    assert not bool(guarded(states, fallen))
-    assert len(refused) == 1 and len(log) == 2
-    assert "no longer lands and stands on the nominal robot" in log[1] and "refused" in log[1]
-    fallen_cost = float(flip.control.plan_cost(cost, sim.params(1), start, fallen, nstep)[0])
-    assert f"a step lowers the cost to {fallen_cost:.1f}, but" in log[1], log[1]
-    none, _ = flip.flip_guard(sim, start, fallen, nstep, meta["seed"], log.append)
-    assert none is None and "iLQR runs unguarded" in log[2]
-
-
-# numpy 2.5.5 (what pip installs on Python 3.12 and 3.13) builds the reference a little otherwise
-# with AVX2's kernels too: measured, not assumed (not bit for bit the saved one).
-SAVED_PLANS_NUMPY = "2.4.6"
+# The saved plan was solved on Python 3.13 with numpy 2.5.5 (what pip installs on 3.12 and 3.13);
+# numpy 2.4.6 (Python 3.11's) builds the reference a little otherwise with AVX2's kernels too.
+SAVED_PLANS_NUMPY = "2.5.5"
 REFERENCE_AGAIN = """
 import os, sys
 sys.path.insert(0, "examples")
@@ -479,7 +443,7 @@ import g1_backflip as flip  # first, as running the example imports it: before n
 import numpy as np
 from pathlib import Path
 saved, _ = flip.common.load_result(Path("examples/results/g1_backflip.npz"), flip.KIND)
-model, _, _, clip, _, _ = flip.prepare(flip.parse_args([]), log=lambda *a: None)
+clip, _ = flip.prepare(flip.load_model(None), flip.Config(), log=lambda *a: None)
 same = all(np.array_equal(clip[k], saved["ref_" + k]) for k in ("qpos", "xpos", "xquat"))
 print(os.environ.get("OPENBLAS_CORETYPE"), same)
 """
