@@ -172,23 +172,40 @@ def timed(fn: Callable[..., Any], *args: Any, calls: int = 1) -> Timing:
 
 
 def interleaved(cases: Mapping[Case, Callable[[], Any]], repeats: int, calls: int = 1,
-                warmup: bool = True, progress: bool = False) -> dict[Case, list[Timing]]:
+                warmup: bool = True, progress: Any = False) -> dict[Case, list[Timing]]:
   """Each case's timings over `repeats` rounds, one block of `calls` calls of every case a round.
 
   Side by side (A B C A B C ...), so that a change in the machine's load falls on every case
-  alike. With warmup each case is called once first (compiled and warm); with progress each
-  round is reported on stderr.
+  alike. With warmup each case is called once first (compiled and warm). progress: True, the
+  rounds on stderr between the blocks (examples/common.progress: a bar with the time left on a
+  terminal, else lines; silent after common.parse of --quiet); or a common.Progress to count
+  them on.
   """
   if warmup:
     for run in cases.values():
       ready(run())
+  bar = rounds(repeats) if progress is True else progress or None
   timings: dict[Case, list[Timing]] = {name: [] for name in cases}
-  for r in range(repeats):
-    for name, run in cases.items():
-      timings[name].append(timed(run, calls=calls))
-    if progress:
-      print(f"repeat {r + 1}/{repeats}", file=sys.stderr, flush=True)
+  try:
+    for _ in range(repeats):
+      for name, run in cases.items():
+        timings[name].append(timed(run, calls=calls))
+      if bar is not None:
+        bar.update()
+  finally:
+    if progress is True and bar is not None:
+      bar.close()
   return timings
+
+
+def rounds(repeats: int) -> Any:
+  """examples/common.progress of `repeats` rounds (imported here: this module stays standard
+  library at import, for the peers' interpreters)."""
+  if str(PROJECT / "examples") not in sys.path:
+    sys.path.insert(0, str(PROJECT / "examples"))
+  import common  # pyright: ignore[reportMissingImports]
+
+  return common.progress(repeats, "repeats", unit="round")
 
 
 def wall_times(timings: Sequence[Timing]) -> list[float]:

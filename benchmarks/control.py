@@ -52,6 +52,7 @@ from _common import (  # noqa: E402, I001
   save_figure,
   write_result,
 )
+import common  # noqa: E402  # pyright: ignore[reportMissingImports]  (progress, --quiet)
 
 NSTEP = 10
 
@@ -237,7 +238,8 @@ def main(argv: list[str] | None = None) -> dict:
   parser.add_argument("--repeats", type=int, default=3)
   parser.add_argument("--out", type=Path, default=RESULTS)
   parser.add_argument("--no-plot", action="store_true")
-  args = parser.parse_args(argv)
+  common.add_progress_args(parser)
+  args = common.parse(parser, argv)  # its --quiet silences the rounds' progress
   path, model = resolve_model(args.model)
   label = model_label(args.model, path)
   result: dict = {"model": label, "threads": args.threads, "machine": machine_info(sys.argv)}

@@ -19,6 +19,7 @@ benchmarks/results/control_suite/.
 
 import argparse
 import dataclasses
+import functools
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -46,6 +47,7 @@ from _common import (  # noqa: E402, I001
   save_figure,
   write_result,
 )
+import common  # noqa: E402  # pyright: ignore[reportMissingImports]
 from common import render, run_mpc  # noqa: E402  # pyright: ignore[reportMissingImports]
 
 XMLS = "_src/dm_control_suite/xmls"
@@ -477,12 +479,18 @@ def episode_cost(task: Task, cost: Any, rows: np.ndarray, sim: mjbatch_jax.Simul
   return total / len(rows)
 
 
-def run_task(task: Task, starts: int, threads: int, seconds: float | None, gif: Path | None
-             ) -> dict[str, Any]:
-  """Runs `starts` episodes of the task; returns its entry of the results."""
+def task_steps(task: Task, seconds: float | None) -> int:
+  """Control steps of one episode of the task."""
+  return round((task.seconds if seconds is None else seconds) / task.control_s)
+
+
+def run_task(task: Task, starts: int, threads: int, seconds: float | None, gif: Path | None,
+             bar: Any = None) -> dict[str, Any]:
+  """Runs `starts` episodes of the task; returns its entry of the results. bar: the
+  common.Progress its control steps count on (default: a bar per episode)."""
   model = load_model(task)
   length = task.seconds if seconds is None else seconds
-  steps = round(length / task.control_s)
+  steps = task_steps(task, seconds)
   episodes = []
   with mjbatch_jax.Simulator(model, num_threads=threads) as sim:
     setup = task.setup(model, sim, task.control_s)
@@ -490,18 +498,18 @@ def run_task(task: Task, starts: int, threads: int, seconds: float | None, gif: 
     step = control.receding_horizon(planner, sim.params(1))
     for s in range(starts):
       state = jnp.asarray(setup.start(np.random.default_rng(s)))
-      rows, timing = run_mpc(planner, sim.params(1), state, s, steps, step=step)
+      rows, timing = run_mpc(planner, sim.params(1), state, s, steps, step=step, bar=bar)
       ok, numbers = setup.solved(rows)
       episodes.append({"seed": s, "solved": bool(ok), **numbers,
                        "cost_per_step": episode_cost(task, setup.cost, rows, sim), **timing})
-      print(f"{task.name} start {s}: solved={ok} {numbers} "
-            f"{episodes[-1]['seconds_per_step'] * 1e3:.1f} ms/step", flush=True)
+      say = print if bar is None else functools.partial(bar.write, keep=True)
+      say(f"{task.name} start {s}: solved={ok} {numbers} "
+          f"{episodes[-1]['seconds_per_step'] * 1e3:.1f} ms/step")
       if gif is not None and s == 0:
         fps = min(1 / task.control_s, 10.0)  # small files: a GIF per task in the repository
         every = max(round(1 / (task.control_s * fps)), 1)
-        print(render(model, rows[::every], gif / f"{task.name}.gif", 1 / (task.control_s * every),
-                     camera=task.camera, track_body=task.track, height=150, width=200),
-              flush=True)
+        say(render(model, rows[::every], gif / f"{task.name}.gif", 1 / (task.control_s * every),
+                   camera=task.camera, track_body=task.track, height=150, width=200))
   step_wall = float(np.median([e["seconds_per_step"] for e in episodes]))
   step_cpu = float(np.median([e["cpu_per_step"] for e in episodes]))
   return {
@@ -550,6 +558,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
                       help="one start of 0.5 s per task, no GIF (for tests)")
   parser.add_argument("--no-gif", action="store_true", help="do not render the GIFs")
   parser.add_argument("--out", type=Path, default=RESULTS, help="results folder")
+  common.add_progress_args(parser)
   args = parser.parse_args(argv)
   by_name = {t.name: t for t in TASKS}
   chosen = [name for name in args.tasks.split(",") if name]
@@ -560,7 +569,12 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     parser.error("--starts and --threads must be >= 1")
   starts, seconds = (1, 0.5) if args.quick else (args.starts, args.seconds)
   gif = None if args.quick or args.no_gif else args.out / "control_suite"
-  entries = [run_task(by_name[name], starts, args.threads, seconds, gif) for name in chosen]
+  # One bar over every task's control steps (a step's time differs between tasks: the estimate
+  # settles as the run goes).
+  total = sum(starts * task_steps(by_name[name], seconds) for name in chosen)
+  with common.progress(total, "control suite", args, unit="step") as bar:
+    entries = [run_task(by_name[name], starts, args.threads, seconds, gif, bar)
+               for name in chosen]
   result = {"machine": machine_info(sys.argv if argv is None else ["control_suite.py", *argv]),
             "threads": args.threads, "tasks": entries}
   out = write_result(args.out, "control_suite", result)

@@ -34,6 +34,7 @@ Writes benchmarks/results/derivative_accuracy-<date>.json and a plot beside it.
 import argparse
 import copy
 import dataclasses
+import functools
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -64,6 +65,9 @@ from _common import (  # noqa: E402
 )
 
 from tests.models import CHEETAH_XML, GRIPPER_XML  # noqa: E402
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "examples"))
+import common  # noqa: E402  # pyright: ignore[reportMissingImports]  (progress, --quiet)
 
 # name: (eps, centered, regime_checked, warm start among the state's columns)
 VARIANTS: dict[str, tuple[float, bool | None, bool, bool]] = {
@@ -220,7 +224,9 @@ class Problem:
     return theta, ctrls, d_theta, d_ctrls
 
 
-def measure(name: str, args: argparse.Namespace) -> dict[str, Any]:
+def measure(name: str, args: argparse.Namespace, bar: Any = None) -> dict[str, Any]:
+  """Each length's accuracy and cost of every variant on the model; bar: a common.Progress the
+  points count on, between the timed calls."""
   task = TASKS[name]()
   dtype = jnp.float32 if args.dtype == "float32" else jnp.float64
   out: dict[str, Any] = {}
@@ -265,6 +271,8 @@ def measure(name: str, args: argparse.Namespace) -> dict[str, Any]:
           switched += after["switched"] - before["switched"]
           extra += after["extra_rows"] - before["extra_rows"]
           columns += after["columns"] - before["columns"]
+      if bar is not None:
+        bar.update(postfix=f"{name} L={length}")
     problem.sim.close()
     mask = np.array(smooth)
     row = {"windows": windows, "points": args.points, "smooth_points": int(mask.sum()),
@@ -281,11 +289,12 @@ def measure(name: str, args: argparse.Namespace) -> dict[str, Any]:
         "errors": errors[variant],
       }
     out[str(length)] = row
-    print(f"{name} L={length} ({windows} windows, {int(mask.sum())}/{args.points} smooth; "
-          f"default: {switched} of {columns} columns switched, {extra} extra rows)")
+    say = print if bar is None else functools.partial(bar.write, keep=True)
+    say(f"{name} L={length} ({windows} windows, {int(mask.sum())}/{args.points} smooth; "
+        f"default: {switched} of {columns} columns switched, {extra} extra rows)")
     for variant, v in row["variants"].items():
-      print(f"  {variant:12s} worst {v['worst']:9.2e}  median {v['median']:9.2e}  "
-            f">1%: {v['over_1_percent']:2d}  cpu x{v['cpu_ratio']:.2f}")
+      say(f"  {variant:12s} worst {v['worst']:9.2e}  median {v['median']:9.2e}  "
+          f">1%: {v['over_1_percent']:2d}  cpu x{v['cpu_ratio']:.2f}")
   return out
 
 
@@ -373,6 +382,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
   parser.add_argument("--adam", type=int, default=0, help="Adam iterations (0: skip)")
   parser.add_argument("--out", type=Path, default=RESULTS)
   parser.add_argument("--no-plot", action="store_true")
+  common.add_progress_args(parser)
   args = parser.parse_args(argv)
   models = [m for m in args.models.split(",") if m]
   unknown = [m for m in models if m not in TASKS]
@@ -386,8 +396,10 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
   result: dict[str, Any] = {"dtype": args.dtype, "secant_step": SECANT_STEP,
                             "variants": {k: list(v) for k, v in args.variants.items()},
                             "accuracy": {}, "machine": machine_info(sys.argv)}
-  for name in models:
-    result["accuracy"][name] = measure(name, args)
+  with common.progress(len(models) * len(args.lengths) * args.points, "points", args,
+                       unit="point") as bar:
+    for name in models:
+      result["accuracy"][name] = measure(name, args, bar)
   if args.adam:
     result["adam"] = adam(args.adam, args)
   out = write_result(args.out, f"derivative_accuracy-{args.dtype}", result)

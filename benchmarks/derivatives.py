@@ -55,6 +55,9 @@ from _common import (  # noqa: E402
   write_result,
 )
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "examples"))
+import common  # noqa: E402  # pyright: ignore[reportMissingImports]  (progress, --quiet)
+
 
 def states_in_contact(sim: mjbatch_jax.Simulator, model: mujoco.MjModel, n: int):
   rng = np.random.default_rng(0)
@@ -78,7 +81,8 @@ def main(argv: list[str] | None = None) -> dict:
   parser.add_argument("--no-plot", action="store_true")
   parser.add_argument("--no-rules", action="store_true",
                       help="skip the jacfwd(step) rows (the derivative rules)")
-  args = parser.parse_args(argv)
+  common.add_progress_args(parser)
+  args = common.parse(parser, argv)  # its --quiet silences the rounds' progress
 
   path, model = resolve_model(args.model)
   n = args.num_sims

@@ -122,17 +122,23 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
   parser.add_argument("--timeout", type=float, default=600, help="seconds per launcher job")
   parser.add_argument("--out", type=Path, default=RESULTS)
   parser.add_argument("--worker", default=None, help=argparse.SUPPRESS)
+  parser.add_argument("--quiet", action="store_true", help="no progress bar or progress lines")
   args = parser.parse_args(argv)
   if args.worker:
     worker(args)
     return {}
+  # Here, not at the top: the workers (this script with --worker) never load it.
+  sys.path.insert(0, str(PROJECT / "examples"))
+  import common  # pyright: ignore[reportMissingImports]
 
   path, _ = resolve_model(args.model)
   label = model_label(args.model, path)
   # Rounds alternate the configurations (1 2 1 2 ...), so that a shared machine's changing load
   # falls on all of them alike.
   jobs: dict[int, dict[str, Any]] = {}
-  with tempfile.TemporaryDirectory() as tmp:
+  with (tempfile.TemporaryDirectory() as tmp,
+        common.Progress(args.rounds * len(args.processes), "launcher jobs", quiet=args.quiet,
+                        unit="job") as bar):
     for round_ in range(args.rounds):
       for count in args.processes:
         out = Path(tmp) / f"job{count}-{round_}.json"
@@ -155,10 +161,11 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         for key in ("setup_s", "first_call_s"):
           job[key].append(run[key])
         job["wall_s"].append(clock.wall_s)
-        print(f"round {round_ + 1}: {count} process(es) x {args.rows} rows x {args.steps} steps:"
-              f" {statistics.median(run['iteration_s']) * 1e3:.1f} ms per iteration (median), "
-              f"all-reduce of {run['allreduce_bytes'] / 1e6:.2f} MB alone "
-              f"{statistics.median(run['allreduce_s']) * 1e3:.2f} ms", flush=True)
+        bar.write(f"round {round_ + 1}: {count} process(es) x {args.rows} rows x {args.steps} "
+                  f"steps: {statistics.median(run['iteration_s']) * 1e3:.1f} ms per iteration "
+                  f"(median), all-reduce of {run['allreduce_bytes'] / 1e6:.2f} MB alone "
+                  f"{statistics.median(run['allreduce_s']) * 1e3:.2f} ms", keep=True)
+        bar.update(postfix=f"round {round_ + 1}, {count} process(es)")
   ordered = [jobs[count] for count in args.processes]
   for job in ordered:
     job.pop("step_rows_per_s", None)

@@ -68,6 +68,9 @@ from _common import (  # noqa: E402, I001
   write_result,
 )
 
+sys.path.insert(0, str(PROJECT / "examples"))
+import common  # noqa: E402  # pyright: ignore[reportMissingImports]  (progress, --quiet)
+
 HOPPER = ("mujoco_playground", "_src/dm_control_suite/xmls/hopper.xml")
 EPS = 1e-6
 SETTLE = 40  # physics steps from the model's initial state: the hopper lands on its foot
@@ -308,6 +311,7 @@ def main(argv: list[str] | None = None) -> dict:
                       help="a reduced run (8 knots, 1 repeat, 2 iterations)")
   parser.add_argument("--out", type=Path, default=RESULTS)
   parser.add_argument("--no-plot", action="store_true")
+  common.add_progress_args(parser)
   args = parser.parse_args(argv)
   if args.quick:
     args.knots, args.repeats, args.iterations = 8, 1, 2
@@ -319,28 +323,34 @@ def main(argv: list[str] | None = None) -> dict:
   label = path.stem
   result: dict = {"model": label, "model_path": str(path), "threads": args.threads,
                   "repeats": args.repeats, "machine": machine_info(sys.argv), "rows": []}
+  # Per nstep: the timed rounds, then the accuracy and the solves (one more count).
+  bar = common.progress(len(nsteps) * (args.repeats + 1), "rounds", args, unit="round")
   for nstep in nsteps:
     problem = Problem(model, args.knots, nstep, args.threads)
     timed, info = cases(problem)
-    best = {name: least(t) for name, t in interleaved(timed, args.repeats).items()}
+    best = {name: least(t) for name, t in interleaved(timed, args.repeats, progress=bar).items()}
     seconds = {name: {"cpu": t.cpu_s, "wall": t.wall_s} for name, t in best.items()}
     row = {**info, "seconds": seconds, "ratios": summarise(seconds),
            "accuracy": accuracy(problem), "solves": solves(problem, args.iterations)}
+    bar.update(postfix=f"nstep {nstep} done")
     result["rows"].append(row)
     cpu = row["ratios"]["cpu"]
-    print(f"{label}, {args.knots} knots of {nstep} step(s), {args.threads} threads, CPU ms: "
-          + ", ".join(f"{n} {v['cpu'] * 1e3:.2f}" for n, v in seconds.items()))
-    print(f"  substeps linearisation / python loop {cpu['substeps_linearisation_over_loop']:.2f}x"
-          f" (knot {cpu['knot_linearisation_over_loop']:.2f}x); iteration / (loop + numpy "
-          f"backward) {cpu['iteration_substeps_over_loop_and_backward']:.2f}x (knot "
-          f"{cpu['iteration_knot_over_loop_and_backward']:.2f}x); iteration / python iteration "
-          f"{cpu['iteration_substeps_over_python_iteration']:.2f}x")
+    bar.write(f"{label}, {args.knots} knots of {nstep} step(s), {args.threads} threads, CPU ms: "
+              + ", ".join(f"{n} {v['cpu'] * 1e3:.2f}" for n, v in seconds.items()), keep=True)
+    bar.write(f"  substeps linearisation / python loop "
+              f"{cpu['substeps_linearisation_over_loop']:.2f}x (knot "
+              f"{cpu['knot_linearisation_over_loop']:.2f}x); iteration / (loop + numpy "
+              f"backward) {cpu['iteration_substeps_over_loop_and_backward']:.2f}x (knot "
+              f"{cpu['iteration_knot_over_loop_and_backward']:.2f}x); iteration / python "
+              f"iteration {cpu['iteration_substeps_over_python_iteration']:.2f}x", keep=True)
     for option, acc in row["accuracy"].items():
       solve = row["solves"][option]
-      print(f"  {option}: A error median {acc['A']['median']:.2e} max {acc['A']['max']:.2e}, "
-            f"B median {acc['B']['median']:.2e} max {acc['B']['max']:.2e}; solve cost "
-            f"{solve['initial_cost']:.4g} -> {solve['final_cost']:.4g} in {solve['iterations']} "
-            f"iterations ({solve['stop']}), {solve['cpu_s']:.2f} CPU s")
+      bar.write(f"  {option}: A error median {acc['A']['median']:.2e} max "
+                f"{acc['A']['max']:.2e}, B median {acc['B']['median']:.2e} max "
+                f"{acc['B']['max']:.2e}; solve cost {solve['initial_cost']:.4g} -> "
+                f"{solve['final_cost']:.4g} in {solve['iterations']} iterations "
+                f"({solve['stop']}), {solve['cpu_s']:.2f} CPU s", keep=True)
+  bar.close()
   out = write_result(args.out, "ilqr_linearization", result)
   if not args.no_plot and (plt := pyplot()) is not None:
     fig, axes = plt.subplots(1, len(result["rows"]), figsize=(6 * len(result["rows"]), 4.5),

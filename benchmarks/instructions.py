@@ -95,6 +95,7 @@ def main(argv: list[str] | None = None) -> dict:
   parser.add_argument("--num-sims", type=int, default=64)
   parser.add_argument("--variants", default=",".join(VARIANTS))
   parser.add_argument("--out", type=Path, default=RESULTS)
+  parser.add_argument("--quiet", action="store_true", help="no progress bar or progress lines")
   args = parser.parse_args(argv)
   variants = [v for v in args.variants.split(",") if v]
   unknown = set(variants) - set(VARIANTS)
@@ -109,9 +110,16 @@ def main(argv: list[str] | None = None) -> dict:
     workdir = Path(tmp)
     (workdir / "run.py").write_text(SCRIPT)
     jobs = [(v, c) for v in variants for c in (1, 3)]
-    with concurrent.futures.ThreadPoolExecutor(max_workers=2) as pool:
-      counts = dict(zip(jobs, pool.map(
-        lambda job: count(path, job[0], args.num_sims, job[1], workdir), jobs), strict=True))
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "examples"))
+    import common  # pyright: ignore[reportMissingImports]  (here: the counted runs never load it)
+
+    counts = {}
+    with (concurrent.futures.ThreadPoolExecutor(max_workers=2) as pool,
+          common.Progress(len(jobs), "valgrind runs", quiet=args.quiet, unit="run") as bar):
+      running = {pool.submit(count, path, v, args.num_sims, c, workdir): (v, c) for v, c in jobs}
+      for done in concurrent.futures.as_completed(running):
+        counts[running[done]] = done.result()
+        bar.update(postfix=f"{running[done][0]} x{running[done][1]}")
   per_call = {v: (counts[(v, 3)] - counts[(v, 1)]) / 2 for v in variants}
   label = model_label(args.model, path)
   result = {"model": label, "num_sims": args.num_sims, "instructions_per_call": per_call,

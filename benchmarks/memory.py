@@ -120,6 +120,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
   parser.add_argument("--ways", default=",".join(WAYS[1:]), help=f"of {','.join(WAYS[1:])}")
   parser.add_argument("--mjx-python", help="interpreter with mujoco-mjx (default: this one)")
   parser.add_argument("--out", type=Path, default=RESULTS)
+  parser.add_argument("--quiet", action="store_true", help="no progress bar or progress lines")
   parser.add_argument("--no-plot", action="store_true")
   return parser.parse_args(argv)
 
@@ -144,29 +145,31 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     mjx_python = sys.executable
 
   rows: dict[str, Any] = {}
-  total = (1 + len(ways)) * len(args.num_sims)
-  done = 0
-  for way in ["baseline", *ways]:
-    if way == "mjx" and mjx_python is None:
-      rows[way] = {"available": False,
-                   "reason": "mujoco-mjx is not importable here; pass --mjx-python PATH"}
-      done += len(args.num_sims)
-      continue
-    python = mjx_python if way == "mjx" else sys.executable
-    assert python is not None
-    results = []
-    for n in args.num_sims:
-      result = measure(python, way, xml, n, args.threads)
-      results.append({"num_sims": n, **result})
-      done += 1
-      sys.stderr.write(f"\r[{'#' * (30 * done // total):<30}] {done}/{total} {way} N={n}     ")
-      sys.stderr.flush()
-    errors = [r["error"] for r in results if "error" in r]
-    if len(errors) == len(results):
-      rows[way] = {"available": False, "reason": errors[0]}
-    else:
-      rows[way] = {"available": True, "results": results}
-  sys.stderr.write("\n")
+  # Imported here, not at the top: the children (this script with --child) measure their own
+  # memory and must not hold what the examples' module imports.
+  sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "examples"))
+  import common  # pyright: ignore[reportMissingImports]
+
+  with common.progress((1 + len(ways)) * len(args.num_sims), "memory", args,
+                       unit="process") as bar:
+    for way in ["baseline", *ways]:
+      if way == "mjx" and mjx_python is None:
+        rows[way] = {"available": False,
+                     "reason": "mujoco-mjx is not importable here; pass --mjx-python PATH"}
+        bar.update(len(args.num_sims))
+        continue
+      python = mjx_python if way == "mjx" else sys.executable
+      assert python is not None
+      results = []
+      for n in args.num_sims:
+        result = measure(python, way, xml, n, args.threads)
+        results.append({"num_sims": n, **result})
+        bar.update(postfix=f"{way} N={n}")
+      errors = [r["error"] for r in results if "error" in r]
+      if len(errors) == len(results):
+        rows[way] = {"available": False, "reason": errors[0]}
+      else:
+        rows[way] = {"available": True, "results": results}
 
   growth: dict[str, float | None] = {}
   lines = ["peak RSS (MB) by N; in brackets, minus the baseline at the same N",

@@ -214,7 +214,8 @@ DEFAULT_SUITE = ("AcrobotSwingup", "BallInCup", "CartpoleSwingup", "CheetahRun",
 LOCOMOTION_DEFAULT = ("G1JoystickFlatTerrain",)
 
 
-def run_child(args: argparse.Namespace, name: str, x64: bool) -> dict[str, Any]:
+def run_child(args: argparse.Namespace, name: str, x64: bool, bar: Any = None) -> dict[str, Any]:
+  """One env measured in a fresh process (--one); bar: the common.Progress of the children."""
   command = [sys.executable, __file__, "--one", "--envs", name, "--num-envs", str(args.num_envs),
              "--parity-envs", str(args.parity_envs), "--steps", str(args.steps),
              "--repeats", str(args.repeats), "--seed", str(args.seed)]
@@ -222,9 +223,12 @@ def run_child(args: argparse.Namespace, name: str, x64: bool) -> dict[str, Any]:
   env = dict(os.environ, PYTHONWARNINGS="ignore")
   out = subprocess.run(command, capture_output=True, text=True, env=env)
   lines = [line for line in (out.stdout or "").splitlines() if line.startswith("RESULT ")]
+  if bar is not None:
+    bar.update(postfix=f"{name}{'' if x64 else ' float32'}")
   if out.returncode != 0 or not lines:
     error = ((out.stderr or "").strip().splitlines() or ["no output"])[-1]
-    print(f"  {name} failed: {error}", flush=True)
+    (print if bar is None else functools.partial(bar.write, keep=True))(
+      f"  {name} failed: {error}")
     return {"error": error}
   return json.loads(lines[-1][len("RESULT "):])
 
@@ -245,6 +249,7 @@ def main() -> None:
   parser.add_argument("--merge", type=Path, nargs="+",
                       help="print the table of these results files' rows and plot them as one")
   parser.add_argument("--out", type=Path, default=RESULTS)
+  parser.add_argument("--quiet", action="store_true", help="no progress bar or progress lines")
   args = parser.parse_args()
   if args.merge:
     merge(args.merge, args.out)
@@ -262,14 +267,21 @@ def main() -> None:
             "tolerance": TOLERANCE, "rows": rows,
             "args": {k: v for k, v in vars(args).items() if k != "out"} | {"out": str(args.out)}}
   path = write_result(args.out, "playground", result)
-  for name in names:
-    clock = Stopwatch()
-    row = {"env": name, "x64": run_child(args, name, True)}
-    if name in float32:
-      row["float32"] = run_child(args, name, False)
-    rows.append(row)
-    path.write_text(json.dumps(result, indent=2))  # each row as it comes: a long run keeps them
-    print(table_line(row), f"({clock.wall_s:.0f} s)", flush=True)
+  # Here, not at the top: the children (--one) never load it.
+  sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "examples"))
+  import common  # pyright: ignore[reportMissingImports]
+
+  bar = common.Progress(len(names) + len(float32.intersection(names)), "children",
+                        quiet=args.quiet, unit="process")
+  with bar:
+    for name in names:
+      clock = Stopwatch()
+      row = {"env": name, "x64": run_child(args, name, True, bar)}
+      if name in float32:
+        row["float32"] = run_child(args, name, False, bar)
+      rows.append(row)
+      path.write_text(json.dumps(result, indent=2))  # each row as it comes: a long run keeps them
+      bar.write(f"{table_line(row)} ({clock.wall_s:.0f} s)", keep=True)
   print(TABLE_HEADER)
   for row in rows:
     print(table_line(row))

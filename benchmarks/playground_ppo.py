@@ -42,6 +42,9 @@ from _common import (  # noqa: E402
   write_result,
 )
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "examples"))
+import common  # noqa: E402  # pyright: ignore[reportMissingImports]  (progress, --quiet)
+
 # Playground's locomotion envs read Menagerie's robots: the shared models stand in for a checkout.
 if SHARED_MODELS.is_dir():
   os.environ.setdefault("MJBATCH_JAX_MENAGERIE", str(SHARED_MODELS))
@@ -59,9 +62,12 @@ CPU_SCALE = {"num_envs": 256, "batch_size": 256, "num_minibatches": 8,
 
 
 def train_one(name: str, physics: str, budget: float, iterations_per_eval: int,
-              seed: int, cpu_scale: bool, cpu: int | None = None) -> dict[str, Any]:
+              seed: int, cpu_scale: bool, cpu: int | None = None, quiet: bool = False
+              ) -> dict[str, Any]:
   """One PPO run; the curve up to the first evaluation after budget seconds. With cpu, the
-  process runs on that CPU alone (before JAX starts) and our physics on one thread."""
+  process runs on that CPU alone (before JAX starts) and our physics on one thread. Its
+  progress goes to stderr (stdout is the parent's): a bar of the budget's seconds on a
+  terminal, plain lines side by side (cpu given) or on a file; quiet: none."""
   import importlib
 
   if cpu is not None:
@@ -110,20 +116,26 @@ def train_one(name: str, physics: str, budget: float, iterations_per_eval: int,
   params["num_evals"] = num_evals
   params["num_timesteps"] = (num_evals - 1) * steps_per_iteration * resets * iterations_per_eval
   curve: list[dict[str, float]] = []
+  # The run ends at the first evaluation after the budget: its seconds are the bar's count.
+  bar = common.Progress(round(budget), f"{name} on {physics}", quiet=quiet, unit="s",
+                        plain=cpu is not None)
 
   def progress(step: int, metrics: dict[str, Any]) -> None:
     wall, cpu = clock.lap()
     reward = float(metrics["eval/episode_reward"])
     curve.append({"wall_s": wall, "cpu_s": cpu, "env_steps": int(step), "eval_reward": reward})
-    print(f"{name} {physics}: {wall:7.1f} s  {int(step):>11,} steps  reward {reward:8.2f}",
-          file=sys.stderr, flush=True)  # stderr: the parent passes it through as it comes
+    # stderr: the parent passes it through as it comes
+    bar.write(f"{name} {physics}: {wall:7.1f} s  {int(step):>11,} steps  reward {reward:8.2f}",
+              file=sys.stderr)
+    bar.to(min(round(wall), bar.total), postfix=f"reward {reward:.2f}")
     if wall > budget:
       raise _BudgetSpent
 
   try:
-    ppo.train(environment=env, eval_env=eval_env, **params, network_factory=network_factory,
-              num_eval_envs=num_eval_envs, seed=seed, wrap_env_fn=wrapper.wrap_for_brax_training,
-              progress_fn=progress)
+    with bar:
+      ppo.train(environment=env, eval_env=eval_env, **params, network_factory=network_factory,
+                num_eval_envs=num_eval_envs, seed=seed,
+                wrap_env_fn=wrapper.wrap_for_brax_training, progress_fn=progress)
   except _BudgetSpent:
     pass
   return {
@@ -153,6 +165,7 @@ def main() -> None:
   parser.add_argument("--one", action="store_true", help="internal: a single run, JSON to stdout")
   parser.add_argument("--cpu", type=int, default=None, help="internal: with --one, the CPU")
   parser.add_argument("--out", type=Path, default=RESULTS)
+  common.add_progress_args(parser)
   args = parser.parse_args()
   names = [n for n in args.envs.split(",") if n]
   budgets = [float(b) for b in args.budget.split(",")]
@@ -166,7 +179,7 @@ def main() -> None:
       parser.error(f"--physics takes {PHYSICS}, got {p!r}")
   if args.one:
     run = train_one(names[0], physics[0], budgets[0], args.iterations_per_eval, args.seed,
-                    not args.playground_sizes, args.cpu)
+                    not args.playground_sizes, args.cpu, args.quiet)
     print("RESULT " + json.dumps(run))
     return
   cpus = sorted(os.sched_getaffinity(0))
@@ -174,6 +187,9 @@ def main() -> None:
     parser.error(f"--side-by-side needs a CPU per physics ({len(physics)}), this process has "
                  f"{len(cpus)}")
   runs = []
+  # The runs' own bars share the terminal: the parent's count of them is in plain lines.
+  done = common.Progress(len(names) * len(physics), "runs", quiet=args.quiet, unit="run",
+                         plain=True)
   for name, budget in zip(names, budgets, strict=True):
     # Each run in a fresh process: no compile cache, no memory carried over. Side by side, the
     # physics' runs share the machine's wall clock and load, each on a CPU of its own.
@@ -184,6 +200,7 @@ def main() -> None:
                  "--seed", str(args.seed)] + (["--playground-sizes"] if args.playground_sizes
                                               else [])
       command += ["--cpu", str(cpus[i])] if args.side_by_side else []
+      command += ["--quiet"] if args.quiet else []
       child = subprocess.Popen(command, stdout=subprocess.PIPE, text=True)  # stderr: as it comes
       if args.side_by_side:
         running.append((p, child))
@@ -197,7 +214,9 @@ def main() -> None:
       runs.append(json.loads(lines[-1][len("RESULT "):]))
       last = runs[-1]["curve"][-1]
       print(f"{name} on {p}: {last['env_steps']:,} env steps in {last['wall_s']:.0f} s, "
-            f"eval reward {last['eval_reward']:.1f}")
+            f"eval reward {last['eval_reward']:.1f}", flush=True)
+      done.update()
+  done.close()
   result = {"machine": machine_info(sys.argv), "runs": runs}
   path = write_result(args.out, "playground_ppo", result)
   plot(runs, path.with_suffix(".png"))

@@ -42,7 +42,10 @@ def parse_size(text: str) -> tuple[int, int, int, int]:
   return envs, unroll, minibatches, epochs
 
 
-def run(size: tuple[int, int, int, int], seed: int, args: argparse.Namespace) -> dict[str, Any]:
+def run(size: tuple[int, int, int, int], seed: int, args: argparse.Namespace,
+        bar: Any = None) -> dict[str, Any]:
+  """One training of the size to the first passing check; bar: the common.Progress of the runs
+  (its log lines go through it)."""
   import go1_joystick as go1  # pyright: ignore[reportMissingImports]  (examples/, on the path)
 
   envs, unroll, minibatches, epochs = size
@@ -55,9 +58,14 @@ def run(size: tuple[int, int, int, int], seed: int, args: argparse.Namespace) ->
 
   def log(p: ppo.Progress) -> None:
     load.append(os.getloadavg()[0])
-    print(f"  {'x'.join(map(str, size))} seed {seed} iter {p.iteration:4d}: error "
-          f"{p.metrics['eval/forward_error']:.3f}, train {p.wall_s:5.1f} s (CPU {p.cpu_s:5.1f} s)",
-          flush=True)
+    line = (f"  {'x'.join(map(str, size))} seed {seed} iter {p.iteration:4d}: error "
+            f"{p.metrics['eval/forward_error']:.3f}, train {p.wall_s:5.1f} s (CPU "
+            f"{p.cpu_s:5.1f} s)")
+    if bar is None:
+      print(line, flush=True)
+    else:
+      bar.write(line)
+      bar.update(0, postfix=f"{'x'.join(map(str, size))} seed {seed} iter {p.iteration}")
 
   curve = ppo.train(env, **kwargs, iterations_per_eval=args.eval_every, evaluate=evaluation,
                     log=log, stop=lambda p: go1.walks(p.metrics), seed=seed).curve
@@ -84,6 +92,8 @@ def main(argv: list[str]) -> None:
   parser.add_argument("--eval-every", type=int, default=5)
   parser.add_argument("--threads", type=int, default=2)
   parser.add_argument("--out", type=Path, default=RESULTS, help="folder for the JSON")
+  parser.add_argument("--quiet", action="store_true",
+                      help="no progress bar or progress lines, no per-check lines")
   args = parser.parse_args(argv)
   try:
     sizes = [parse_size(text) for text in args.sizes.split(",")]
@@ -95,7 +105,15 @@ def main(argv: list[str]) -> None:
                  "second")
   if not args.desired_kl > 0:
     parser.error(f"--desired-kl must be > 0, got {args.desired_kl}")
-  rows = [run(size, seed, args) for size in sizes for seed in seeds]
+  import common  # pyright: ignore[reportMissingImports]  (examples/, on the path)
+
+  # Each run stops at its first passing check: the count is of runs, the check in the note.
+  rows = []
+  with common.Progress(len(sizes) * len(seeds), "runs", quiet=args.quiet, unit="run") as bar:
+    for size in sizes:
+      for seed in seeds:
+        rows.append(run(size, seed, args, bar))
+        bar.update()
   for row in rows:
     print(f"{row['size']:>14s} seed {row['seed']}: " + (
       "did not walk" if not row["walked"] else

@@ -343,27 +343,34 @@ def go1_minute_task(threads: int) -> tuple[envs.Env, dict[str, Any], Any, Callab
           go1.walks)
 
 
-def minute_runs(threads: int, seeds: list[int], folder: Path) -> list[dict[str, Any]]:
+def minute_runs(threads: int, seeds: list[int], folder: Path, quiet: bool = False
+                ) -> list[dict[str, Any]]:
   """`examples/go1_joystick.py --preset minute --seed S`, each a process of its own (its time to
-  walk counts from the process's start): each run's last line, its curve and checkpoint path."""
+  walk counts from the process's start): each run's last line, its curve and checkpoint path.
+  Progress over the runs on stderr (examples/common.progress) unless quiet."""
+  import common  # pyright: ignore[reportMissingImports]  (examples/, on the path)
+
   example = Path(__file__).resolve().parents[1] / "examples" / "go1_joystick.py"
   runs = []
-  for seed in seeds:
-    out = folder / f"go1_minute_{seed}.npz"
-    command = [sys.executable, str(example), "--preset", "minute", "--seed", str(seed),
-               "--threads", str(threads), "--out", str(out)]
-    print(f"  go1_minute seed {seed}: {' '.join(command[1:])}", flush=True)
-    done = subprocess.run(command, capture_output=True, text=True, check=False)
-    if done.returncode:
-      raise SystemExit(f"go1_minute seed {seed} failed ({done.returncode}):\n{done.stderr[-3000:]}")
-    record = json.loads(done.stdout.strip().splitlines()[-1])
-    record["curve"] = ppo.read_checkpoint(out)[1]["curve"]
-    record["checkpoint"] = str(out)
-    print(f"  go1_minute seed {seed}: time to walk {record['time_to_walk_s']} s from the "
-          f"process's start ({record['time_to_walk_training_s']} s training), "
-          f"{record['env_steps']:,} env steps, {record['iterations']} iterations, load "
-          f"{record['load_average']['median']:.1f}", flush=True)
-    runs.append(record)
+  with common.Progress(len(seeds), "go1_minute runs", quiet=quiet, unit="run") as bar:
+    for seed in seeds:
+      out = folder / f"go1_minute_{seed}.npz"
+      command = [sys.executable, str(example), "--preset", "minute", "--seed", str(seed),
+                 "--threads", str(threads), "--out", str(out)]
+      bar.write(f"  go1_minute seed {seed}: {' '.join(command[1:])}", keep=True)
+      done = subprocess.run(command, capture_output=True, text=True, check=False)
+      if done.returncode:
+        raise SystemExit(f"go1_minute seed {seed} failed ({done.returncode}):\n"
+                         f"{done.stderr[-3000:]}")
+      record = json.loads(done.stdout.strip().splitlines()[-1])
+      record["curve"] = ppo.read_checkpoint(out)[1]["curve"]
+      record["checkpoint"] = str(out)
+      bar.write(f"  go1_minute seed {seed}: time to walk {record['time_to_walk_s']} s from the "
+                f"process's start ({record['time_to_walk_training_s']} s training), "
+                f"{record['env_steps']:,} env steps, {record['iterations']} iterations, load "
+                f"{record['load_average']['median']:.1f}", keep=True)
+      bar.update(postfix=f"seed {seed}")
+      runs.append(record)
   return runs
 
 
@@ -387,8 +394,14 @@ TASKS = {"go1_joystick": go1_task, "go1_minute": go1_minute_task, "cheetah_run":
 
 
 def time_to_walk_row(name: str, threads: int, max_iterations: int, eval_every: int, pairs: int,
-                     folder: Path, source: Path | None = None) -> dict[str, Any]:
-  """The task's row; from source (a finished run's checkpoint) instead of training if given."""
+                     folder: Path, source: Path | None = None, quiet: bool = False
+                     ) -> dict[str, Any]:
+  """The task's row; from source (a finished run's checkpoint) instead of training if given.
+  Progress of its iterations on stderr (examples/common.progress) unless quiet."""
+  import common  # pyright: ignore[reportMissingImports]  (examples/, on the path)
+
+  # At most max_iterations to the check, then the timed ones: the total shrinks once it passes.
+  bar = common.Progress(max_iterations + pairs + 2, name, quiet=quiet, unit="iter")
   env, kwargs, evaluate, passes = TASKS[name](threads)
   per_iteration = kwargs["batch_size"] * kwargs["num_minibatches"] * kwargs["unroll_length"]
   kwargs = {**kwargs, "num_timesteps": max_iterations * per_iteration}
@@ -398,22 +411,26 @@ def time_to_walk_row(name: str, threads: int, max_iterations: int, eval_every: i
   def log(p: Any) -> None:
     load.append(os.getloadavg()[0])
     shown = {k: round(v, 3) for k, v in p.metrics.items() if k.startswith("eval/")}
-    print(f"  {name} iter {p.iteration:4d}: {p.env_steps:>10,} env steps, train {p.wall_s:6.0f}"
-          f" s (CPU {p.cpu_s:6.0f} s), {shown}", flush=True)
+    bar.write(f"  {name} iter {p.iteration:4d}: {p.env_steps:>10,} env steps, train "
+              f"{p.wall_s:6.0f} s (CPU {p.cpu_s:6.0f} s), {shown}")
+    bar.to(p.iteration)
 
-  if source is None:
-    curve = ppo.train(env, **kwargs, iterations_per_eval=eval_every, evaluate=evaluate,
-                      stop=lambda p: passes(p.metrics), checkpoint=checkpoint, log=log).curve
-  else:  # the run's own curve; the timing below continues from its last policy, on a copy
-    shutil.copyfile(source, checkpoint)
-    curve = [ppo.Progress(**row) for row in ppo.read_checkpoint(checkpoint)[1]["curve"]]
-  first = next((p for p in curve if passes(p.metrics)), None)
-  done = curve[-1].iteration
-  # On from there, one iteration per call, the physics alone timed between them.
-  probe = PhysicsProbe(env, kwargs)
-  share = ppo.train(env, **{**kwargs, "num_timesteps": (done + pairs + 2) * per_iteration},
-                    iterations_per_eval=1, evaluate=probe, checkpoint=checkpoint, resume=True,
-                    log=log).curve[len(curve):]
+  with bar:
+    if source is None:
+      curve = ppo.train(env, **kwargs, iterations_per_eval=eval_every, evaluate=evaluate,
+                        stop=lambda p: passes(p.metrics), checkpoint=checkpoint, log=log).curve
+    else:  # the run's own curve; the timing below continues from its last policy, on a copy
+      shutil.copyfile(source, checkpoint)
+      curve = [ppo.Progress(**row) for row in ppo.read_checkpoint(checkpoint)[1]["curve"]]
+    first = next((p for p in curve if passes(p.metrics)), None)
+    done = curve[-1].iteration
+    bar.total = done + pairs + 2
+    bar.to(done, postfix="timing iterations")
+    # On from there, one iteration per call, the physics alone timed between them.
+    probe = PhysicsProbe(env, kwargs)
+    share = ppo.train(env, **{**kwargs, "num_timesteps": (done + pairs + 2) * per_iteration},
+                      iterations_per_eval=1, evaluate=probe, checkpoint=checkpoint, resume=True,
+                      log=log).curve[len(curve):]
   wall = np.diff([curve[-1].wall_s] + [p.wall_s for p in share])
   cpu = np.diff([curve[-1].cpu_s] + [p.cpu_s for p in share])
   physics = np.array([p.metrics["eval/physics_cpu_s"] for p in share])
@@ -477,7 +494,8 @@ def time_to_walk(args: argparse.Namespace) -> None:
       runs = None
       if name == "go1_minute" and name not in sources:
         print(f"{name}: the example's --preset minute, seeds {args.seeds}", flush=True)
-        runs = minute_runs(args.threads, [int(s) for s in args.seeds.split(",")], folder)
+        runs = minute_runs(args.threads, [int(s) for s in args.seeds.split(",")], folder,
+                           args.quiet)
         walked = [r for r in runs if r["time_to_walk_s"] is not None]
         # The timing continues from a seed's policy (a walking one's where there is one).
         sources[name] = Path((walked or runs)[0]["checkpoint"])
@@ -485,7 +503,7 @@ def time_to_walk(args: argparse.Namespace) -> None:
         print(f"{name}: training until the check passes (at most {args.max_iterations} "
               "iterations)", flush=True)
       row = time_to_walk_row(name, args.threads, args.max_iterations, args.eval_every,
-                             args.pairs, folder, sources.get(name))
+                             args.pairs, folder, sources.get(name), args.quiet)
       if runs is not None:
         row.update(_minute_summary(runs))
       result["rows"][name] = row
@@ -561,6 +579,8 @@ def main(argv: list[str]) -> None:
                       help="for --time-to-walk: take TASK's time to walk from a finished run's "
                       "checkpoint (its curve; the timing continues from its policy) instead of "
                       "training, e.g. go1_joystick=examples/results/go1_joystick.npz")
+  parser.add_argument("--quiet", action="store_true",
+                      help="no progress bar or progress lines, no per-check lines")
   args = parser.parse_args(argv)
   if args.time_to_walk:
     unknown = sorted(set(args.tasks.split(",")) - set(TASKS))
@@ -609,7 +629,10 @@ def main(argv: list[str]) -> None:
   steady = timed(physics, *physics_args).wall_s
   compile_s["physics"] = first - steady
   cases = {name: functools.partial(rows[name][0], *rows[name][1]) for name in ("physics", "env")}
-  times = interleaved(cases, args.repeats, warmup=False)
+  import common  # pyright: ignore[reportMissingImports]  (examples/; not in --memory-child)
+
+  with common.Progress(args.repeats, "repeats", quiet=args.quiet, unit="round") as bar:
+    times = interleaved(cases, args.repeats, warmup=False, progress=bar)
   env_steps = args.num_envs * args.unroll
   summary = {}
   for name, samples in times.items():

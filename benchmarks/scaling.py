@@ -64,6 +64,9 @@ from _common import (
   write_result,
 )
 
+sys.path.insert(0, str(HERE.parent / "examples"))
+import common  # noqa: E402  # pyright: ignore[reportMissingImports]  (progress, --quiet)
+
 # (name, meaning); the order is the table's.
 ROWS: tuple[tuple[str, str], ...] = (
   ("c_loop", "C loop of mj_step, T threads each on its own MjData, substeps back to back"),
@@ -211,27 +214,6 @@ class Sample:
   cpu_s: float
 
 
-class Bar:
-  """A text progress bar on stderr; no dependency."""
-
-  def __init__(self, total: int, width: int = 30):
-    self.total, self.done, self.width = max(total, 1), 0, width
-    self.clock = Stopwatch()
-
-  def tick(self, label: str) -> None:
-    self.done += 1
-    filled = self.width * self.done // self.total
-    elapsed = self.clock.wall_s
-    sys.stderr.write(
-      f"\r[{'#' * filled}{'.' * (self.width - filled)}] {self.done}/{self.total} "
-      f"{elapsed:5.0f}s {label[:40]:<40}"
-    )
-    sys.stderr.flush()
-
-  def close(self) -> None:
-    sys.stderr.write("\n")
-
-
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
   parser = argparse.ArgumentParser(
     description=__doc__, formatter_class=argparse.RawTextHelpFormatter
@@ -267,6 +249,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
                       help="mjbatch_0.1.4.python_mj_step: timed substeps")
   parser.add_argument("--out", type=Path, default=RESULTS, help="output folder")
   parser.add_argument("--no-plot", action="store_true")
+  common.add_progress_args(parser)
   args = parser.parse_args(argv)
   if args.slow_peer_configs is not None:
     grid = {(n, t, k) for n in args.num_sims for t in args.threads for k in args.nstep}
@@ -333,7 +316,7 @@ class Harness:
       self.calls[(n, t, k)] = max(1, min(calls, self.args.max_calls))
 
   # Each add_* appends timers for one row, or records why the row is unavailable.
-  def build(self, bar: Bar) -> None:
+  def build(self, bar: common.Progress) -> None:
     builders: list[tuple[str, Callable[[], None]]] = [
       ("c_loop", self.add_c_loop),
       ("c_lockstep", self.add_c_lockstep),
@@ -353,7 +336,7 @@ class Harness:
       except Exception as e:  # a row that cannot run must not stop the others
         self.unavailable.setdefault(row, f"{type(e).__name__}: {e}")
         self.timers = [t for t in self.timers if t.row != row]
-      bar.tick(f"built {row}")
+      bar.update(postfix=f"built {row}")
 
   def _skip_unless(self, peer: str, rows: Sequence[str]) -> bool:
     if peer in self.args.peers:
@@ -655,14 +638,14 @@ class Harness:
                                 "mujoco": hello["mujoco"]}
     self._peer_timers("mjwarp", "mjwarp", python)
 
-  def measure(self, bar: Bar) -> list[dict[tuple[str, Any], Sample]]:
+  def measure(self, bar: common.Progress) -> list[dict[tuple[str, Any], Sample]]:
     """One block of every timer per repeat, in turn: a dict per repeat by (row, config)."""
     repeats: list[dict[tuple[str, Any], Sample]] = []
     for _ in range(self.args.repeats):
       samples: dict[tuple[str, Any], Sample] = {}
       for timer in self.timers:
         if timer.row in self.unavailable:
-          bar.tick(f"{timer.row} (failed)")
+          bar.update(postfix=f"{timer.row} (failed)")
           continue
         try:
           peer_cpu = timer.peer.cpu_seconds() if timer.peer else 0.0
@@ -672,7 +655,7 @@ class Harness:
           samples[(timer.row, timer.config)] = Sample(substeps, wall, cpu)
         except Exception as e:
           self.unavailable[timer.row] = f"{type(e).__name__}: {e}"
-        bar.tick(f"{timer.row} {timer.config or ''}")
+        bar.update(postfix=f"{timer.row} {timer.config or ''}")
       repeats.append(samples)
     return repeats
 
@@ -882,13 +865,15 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     print(f"model variant {MJX_COMPATIBLE}: {changes}")
   inputs = Inputs(model, max(args.num_sims), args.settle)
   harness = Harness(args, xml, model, inputs, variant)
-  bar = Bar(len(ROW_NAMES) - 1 + args.repeats * len(harness.configs) * len(ROW_NAMES))
+  # Between timed blocks, never in one: a bar with the time left on a terminal, else lines.
+  bar = common.progress(len(ROW_NAMES) - 1 + args.repeats * len(harness.configs) * len(ROW_NAMES),
+                        "scaling", args, unit="block")
   with tempfile.TemporaryDirectory() as tmp:
     harness.info["tmpdir"] = tmp
     try:
       harness.calibrate()
       harness.build(bar)
-      bar.total = bar.done + args.repeats * len(harness.timers)
+      bar.total = bar.n + args.repeats * len(harness.timers)
       repeats = harness.measure(bar)
     finally:
       bar.close()

@@ -49,6 +49,9 @@ from mjbatch_jax import _programs  # noqa: E402
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import RESULTS, Stopwatch, machine_info, pyplot, save_figure, write_result  # noqa: E402
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "examples"))
+import common  # noqa: E402  # pyright: ignore[reportMissingImports]  (progress, --quiet)
+
 CARTPOLE = """
 <mujoco model="cartpole">
   <option timestep="0.01"/>
@@ -124,27 +127,30 @@ def raising(
 
 
 def run_phase(
-  name: str, total: int, run: Callable[[int], None], checkpoints: int, max_rss_mb: float
+  name: str, total: int, run: Callable[[int], None], checkpoints: int, max_rss_mb: float,
+  quiet: bool = False
 ) -> dict[str, Any]:
-  """Call run(k) to do the next k of total iterations, sampling at each checkpoint."""
+  """Call run(k) to do the next k of total iterations, sampling at each checkpoint; progress on
+  stderr (common.progress: a bar with the time left on a terminal, else lines) unless quiet."""
   marks = sorted({max(1, math.ceil(k * total / checkpoints)) for k in range(1, checkpoints + 1)})
+  # Made before the first sample: what the bar holds is there from the start, not growth.
+  bar = common.Progress(total, name, quiet=quiet)
   gc.collect()
   start = sample()
   clock = Stopwatch()
   points: list[dict[str, float]] = []
   done, stopped = 0, None
-  for mark in marks:
-    run(mark - done)
-    done = mark
-    # Garbage that only the cyclic collector frees is not a leak; collect it before sampling.
-    gc.collect()
-    points.append({"done": done, "seconds": clock.wall_s, **sample()})
-    sys.stderr.write(f"\r{name}: {done}/{total} {points[-1]['rss_mb']:.0f} MB   ")
-    sys.stderr.flush()
-    if points[-1]["rss_mb"] > max_rss_mb:
-      stopped = f"RSS {points[-1]['rss_mb']:.0f} MB passed --max-rss-mb {max_rss_mb:.0f}"
-      break
-  sys.stderr.write("\n")
+  with bar:
+    for mark in marks:
+      run(mark - done)
+      done = mark
+      # Garbage that only the cyclic collector frees is not a leak; collect it before sampling.
+      gc.collect()
+      points.append({"done": done, "seconds": clock.wall_s, **sample()})
+      bar.to(done, postfix=f"{points[-1]['rss_mb']:.0f} MB")
+      if points[-1]["rss_mb"] > max_rss_mb:
+        stopped = f"RSS {points[-1]['rss_mb']:.0f} MB passed --max-rss-mb {max_rss_mb:.0f}"
+        break
   first, last = points[0], points[-1]
   span = last["done"] - first["done"]
   growth = {key: last[key] - first[key] for key in ("rss_mb", "fds", "threads")}
@@ -178,6 +184,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
   parser.add_argument("--phases", default=",".join(PHASES), help=f"of {','.join(PHASES)}")
   parser.add_argument("--out", type=Path, default=RESULTS, help="output folder")
   parser.add_argument("--no-plot", action="store_true")
+  common.add_progress_args(parser)
   args = parser.parse_args(argv)
   phases = [p for p in args.phases.split(",") if p]
   unknown = set(phases) - set(PHASES)
@@ -281,7 +288,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     for name in phases:
       total, run = runs[name]
       results[name] = {"meaning": meanings[name], "starts_at_s": clock.wall_s,
-                       **run_phase(name, total, run, args.checkpoints, args.max_rss_mb)}
+                       **run_phase(name, total, run, args.checkpoints, args.max_rss_mb,
+                                   args.quiet)}
       if name in caught:
         results[name]["caught"] = caught[name]
       if name == "distinct_models":

@@ -22,6 +22,7 @@ EXAMPLES = HERE.parent / "examples"
 sys.path.insert(0, str(HERE))
 sys.path.append(str(EXAMPLES))  # for the example's own `import common`
 
+import common  # noqa: E402  # pyright: ignore[reportMissingImports]  (progress, --quiet)
 import numpy as np  # noqa: E402
 from _common import RESULTS, machine_info, run_timed, write_result  # noqa: E402
 
@@ -43,6 +44,7 @@ def main(argv: list[str]) -> None:
   parser.add_argument("--threads", type=int, default=2)
   parser.add_argument("--skip-mujoco-sysid", action="store_true")
   parser.add_argument("--out", type=Path, default=RESULTS, help="folder for the JSON")
+  common.add_progress_args(parser)
   args = parser.parse_args(argv)
   if args.samples < 100 or args.samples % args.window or min(args.iterations, args.window) < 1:
     parser.error("--samples >= 100 must be a multiple of --window; sizes >= 1")
@@ -74,17 +76,21 @@ def main(argv: list[str]) -> None:
       "mass_error_percent": float(np.abs(example.errors(arm, theta)["mass"]).mean()),
     })
     r = rows[-1]
-    print(f"{name:36s} held-out {r['heldout_rad']:.3e} rad, mass {r['mass_error_percent']:5.1f}%, "
-          f"{iterations:2d} iterations, cost {cost:9.1f}, CPU {cpu:6.1f} s "
-          f"({cpu_each:.2f} s an iteration)", flush=True)
+    bar.write(f"{name:36s} held-out {r['heldout_rad']:.3e} rad, mass "
+              f"{r['mass_error_percent']:5.1f}%, {iterations:2d} iterations, cost {cost:9.1f}, "
+              f"CPU {cpu:6.1f} s ({cpu_each:.2f} s an iteration)", keep=True)
+    bar.update(postfix=name)
 
+  toolbox = importlib.import_module("mujoco.sysid")
+  toolbox_runs = not args.skip_mujoco_sysid and hasattr(toolbox, "ParameterDict")
+  # A count per fit, between the timed fits (sysid.fit takes no per-iteration callback).
+  bar = common.progress(len(variants) + toolbox_runs, "fits", args, unit="fit")
   for name, problem in variants.items():
     fit = sysid.fit(problem, data, theta0.ravel(), args.iterations)
     later = fit.cpu[1:] if fit.iterations > 1 else fit.cpu  # the first compiles
     row(name, fit.theta, fit.iterations, float(fit.costs[-1]), float(fit.cpu.sum()),
         float(np.median(later)))
-  toolbox = importlib.import_module("mujoco.sysid")
-  if not args.skip_mujoco_sysid and hasattr(toolbox, "ParameterDict"):
+  if toolbox_runs:
     timing, (theta, done) = run_timed(example.fit_mujoco_sysid, arm, commands["seed", "fit"],
                                       *recorded["seed", "fit"], theta0, args.window,
                                       args.iterations)
@@ -92,6 +98,7 @@ def main(argv: list[str]) -> None:
     # Its cost in the same terms: the chi-square / 2 with the starts at their records.
     cost = sysid.fit(variants["starts fixed, bounds"], data, theta.ravel(), 1).costs[0]
     row("mujoco.sysid (starts fixed, bounds)", theta, done, float(cost), cpu, cpu / done)
+  bar.close()
   arm.sim.close()
   write_result(args.out, "sysid", {"machine": machine_info(argv), "samples": args.samples,
                                    "window": args.window, "threads": args.threads, "rows": rows})

@@ -43,6 +43,9 @@ from _common import RESULTS, machine_info, package_file, run_timed, write_result
 import mjbatch_jax  # noqa: E402
 from mjbatch_jax import sysid  # noqa: E402
 
+sys.path.insert(0, str(HERE.parent / "examples"))
+import common  # noqa: E402  # pyright: ignore[reportMissingImports]  (progress, --quiet)
+
 XMLS = "_src/dm_control_suite/xmls"
 # Each model's unknowns: 4 bodies' masses and 6 joints' dampings.
 MODELS = {
@@ -152,6 +155,7 @@ def main(argv: list[str]) -> None:
   parser.add_argument("--quick", action="store_true", help="300 samples, 15 iterations")
   parser.add_argument("--skip-mujoco-sysid", action="store_true")
   parser.add_argument("--out", type=Path, default=RESULTS, help="folder for the JSON")
+  common.add_progress_args(parser)
   args = parser.parse_args(argv)
   if args.quick:
     args.samples, args.iterations = 300, 15
@@ -198,15 +202,20 @@ def main(argv: list[str]) -> None:
     rows.append({"variant": name, "iterations": iterations, "cpu_s": cpu,
                  "fixed_start_cost": fixed_cost(theta), "error_percent": error(theta), **extra})
     r = rows[-1]
-    print(f"{name:55s} cost (starts fixed) {r['fixed_start_cost']:.4g}, error "
-          f"{r['error_percent']:6.2f}%, {iterations:2d} iterations, CPU {cpu:7.2f} s "
-          + " ".join(f"{k} {v}" for k, v in extra.items()), flush=True)
+    bar.write(f"{name:55s} cost (starts fixed) {r['fixed_start_cost']:.4g}, error "
+              f"{r['error_percent']:6.2f}%, {iterations:2d} iterations, CPU {cpu:7.2f} s "
+              + " ".join(f"{k} {v}" for k, v in extra.items()), keep=True)
+    bar.update(postfix=name.removeprefix("mjbatch_jax.sysid: "))
 
   truth_cost = fixed_cost(truth)
   print(f"{args.model}: {args.samples} controls, {len(data.starts)} windows of {args.window}, "
         f"contacts in {contacts:.0%} of the steps; the guess: error {error(theta0):.1f}%, "
         f"the truth's cost {truth_cost:.4g} ({len(data.starts) * args.window * model.nq}"
         " residuals)", flush=True)
+  toolbox = importlib.import_module("mujoco.sysid")
+  toolbox_runs = not args.skip_mujoco_sysid and hasattr(toolbox, "ParameterDict")
+  # A count per fit, between the timed fits (sysid.fit takes no per-iteration callback).
+  bar = common.progress(len(variants) + toolbox_runs, "fits", args, unit="fit")
   for name, problem in variants.items():
     begin = time.process_time()
     result = sysid.fit(problem, data, theta0, args.iterations)
@@ -215,11 +224,11 @@ def main(argv: list[str]) -> None:
     row(name, result.theta, result.iterations, cpu, stopped=result.stopped,
         chi2_dof=round(result.chi2_dof, 3), outliers=report.outliers().tolist()[:5],
         least_weight=round(float(result.window_weights.min()), 3))
-  toolbox = importlib.import_module("mujoco.sysid")
-  if not args.skip_mujoco_sysid and hasattr(toolbox, "ParameterDict"):
+  if toolbox_runs:
     timing, (theta, done) = run_timed(fit_mujoco_sysid, spec, model, data, layout, theta0, low,
                                       high, args.iterations, args.model)
     row("mujoco.sysid (starts fixed)", theta, done, timing.cpu_s)
+  bar.close()
   sim.close()
   write_result(args.out, f"sysid_contacts-{args.model}", {
     "machine": machine_info(argv), "model": args.model, "samples": args.samples,

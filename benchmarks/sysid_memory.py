@@ -55,8 +55,9 @@ def rss_mb() -> float:
   return peak / (1024 * 1024) if sys.platform == "darwin" else peak / 1024
 
 
-def run(fits: int, threads: int) -> dict[str, Any]:
-  """fits fits with fresh residuals; RSS and cached programs after each."""
+def run(fits: int, threads: int, quiet: bool = False) -> dict[str, Any]:
+  """fits fits with fresh residuals; RSS and cached programs after each; progress on stderr
+  (examples/common.progress) unless quiet."""
   import jax
 
   jax.config.update("jax_enable_x64", True)
@@ -66,6 +67,9 @@ def run(fits: int, threads: int) -> dict[str, Any]:
   import mjbatch_jax
   from mjbatch_jax import sysid
   from mjbatch_jax.sysid import programs
+
+  sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "examples"))
+  import common  # pyright: ignore[reportMissingImports]
 
   sim = mjbatch_jax.Simulator(mujoco.MjModel.from_xml_string(PENDULUM_XML), num_threads=threads)
   parameters = sysid.Parameters(sim, [sysid.Field("dof_damping", ["hinge"], log=True)])
@@ -81,19 +85,18 @@ def run(fits: int, threads: int) -> dict[str, Any]:
   data = sysid.windows(before, ctrls, states[:, qpos], length)
   theta0 = parameters.initial + 0.3
   rows = []
+  bar = common.Progress(fits, "fits", quiet=quiet, unit="fit")  # before the first RSS sample
   begin = time.perf_counter()
-  for i in range(fits):
-    noise = 1e-4 * (1 + i % 3)  # a different residual object each fit, as a loop makes them
-    problem = sysid.Problem(parameters, lambda s, y, q, noise=noise: (s[:, qpos] - q) / noise)
-    result = sysid.fit(problem, data, theta0, iterations=2, tolerance=0.0)
-    del problem
-    gc.collect()
-    rows.append({"fit": i + 1, "rss_mb": rss_mb(), "programs": len(parameters._programs),
-                 "cost": float(result.costs[-1])})
-    sys.stderr.write(f"\rfit {i + 1}/{fits}: {rows[-1]['rss_mb']:.0f} MB, "
-                     f"{rows[-1]['programs']} programs   ")
-    sys.stderr.flush()
-  sys.stderr.write("\n")
+  with bar:
+    for i in range(fits):
+      noise = 1e-4 * (1 + i % 3)  # a different residual object each fit, as a loop makes them
+      problem = sysid.Problem(parameters, lambda s, y, q, noise=noise: (s[:, qpos] - q) / noise)
+      result = sysid.fit(problem, data, theta0, iterations=2, tolerance=0.0)
+      del problem
+      gc.collect()
+      rows.append({"fit": i + 1, "rss_mb": rss_mb(), "programs": len(parameters._programs),
+                   "cost": float(result.costs[-1])})
+      bar.update(postfix=f"{rows[-1]['rss_mb']:.0f} MB, {rows[-1]['programs']} programs")
   sim.close()
   return {"rows": rows, "seconds": time.perf_counter() - begin,
           "limit": programs.PROGRAMS_LIMIT}
@@ -109,6 +112,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
   parser.add_argument("--out", type=Path, default=None,
                       help="JSON path (default benchmarks/results/sysid_memory-<date>.json)")
   parser.add_argument("--no-plot", action="store_true")
+  parser.add_argument("--quiet", action="store_true", help="no progress bar or progress lines")
   args = parser.parse_args(argv)
   if args.fits < 2 or args.threads < 1 or (args.warmup is not None and args.warmup < 1):
     parser.error("--fits >= 2, --threads >= 1, --warmup >= 1")
@@ -118,7 +122,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
 def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
   argv = list(sys.argv[1:] if argv is None else argv)
   args = parse_args(argv)
-  measured = run(args.fits, args.threads)
+  measured = run(args.fits, args.threads, args.quiet)
   rows = measured["rows"]
   warmup = min(args.warmup or measured["limit"] + 2, len(rows) - 1)
   settled, last = rows[warmup - 1], rows[-1]

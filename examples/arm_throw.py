@@ -234,16 +234,21 @@ def hand_designs() -> np.ndarray:
                   for swing in swings], 0.0, 1.0)
 
 
-def search(thrower, start, population, iterations, seed, restarts):
+def search(thrower, start, population, iterations, seed, restarts, bar=None):
   """`restarts` CEM searches from start, side by side in the same calls (control.cem_search);
   each keeps its own key, elite and best-so-far (row 0 of its population: evaluations are
-  deterministic). The longest throw is sought: a NaN distance counts as the shortest."""
+  deterministic). The longest throw is sought: a NaN distance counts as the shortest. bar: the
+  common.Progress the iterations go to (default: one of its own)."""
+  if bar is None:
+    with common.progress(iterations, "CEM") as bar:
+      return search(thrower, start, population, iterations, seed, restarts, bar)
 
   def log(step):
     if (step.iteration + 1) % 5 == 0 or step.iteration + 1 == iterations:
-      print(f"iteration {step.iteration + 1:3d}: best {step.best_value:.3f} m, population mean "
-            f"{step.mean_value:.3f} m; best of each search "
-            f"{' '.join(f'{v:.3f}' for v in step.best_values)}")
+      bar.write(f"iteration {step.iteration + 1:3d}: best {step.best_value:.3f} m, population "
+                f"mean {step.mean_value:.3f} m; best of each search "
+                f"{' '.join(f'{v:.3f}' for v in step.best_values)}")
+    bar.update(postfix=f"best {step.best_value:.3f} m")
 
   return control.cem_search(
     lambda u, _: thrower._evaluate(u)[0], start, SPREAD, key=jax.random.PRNGKey(seed),
@@ -278,8 +283,9 @@ def solve(args, version: str) -> dict:
     hand_distance = float(thrower.evaluate(jnp.asarray(hand)[None])[0][0])
     print(f"best of {len(hands)} hand designs: {hand_distance:.3f} m ({describe(hand)})")
     search_watch = common.Stopwatch()
-    with search_watch():
-      result = search(thrower, hand, args.population, args.iterations, args.seed, args.restarts)
+    with search_watch(), common.progress(args.iterations, "CEM", args) as bar:
+      result = search(thrower, hand, args.population, args.iterations, args.seed, args.restarts,
+                      bar)
   searches, design = np.asarray(result.best_value_per_restart), np.asarray(result.best)
   best = float(searches.max())
   print(f"the {args.restarts} searches ended at {', '.join(f'{v:.3f}' for v in searches)} m: "

@@ -8,6 +8,9 @@ Examples run as scripts from this folder, so they import it as `import common`:
   common.save_result(args.out, "my_task", {"ctrl": ctrl}, {"cost": cost}, version=VERSION)
   arrays, meta = common.load_result(args.out, "my_task", version=VERSION)
   print(common.render(model, rows, args.out.with_suffix(".gif")))
+  with common.progress(iterations, "search", args) as bar:   # a bar or plain lines on stderr
+    for i in range(iterations):
+      bar.update(postfix=f"best {best:.3f}")      # bar.write(line): a log line, above the bar
 """
 
 import argparse
@@ -16,10 +19,13 @@ import dataclasses
 import hashlib
 import json
 import os
+import re
+import sys
+import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, TextIO, cast
 
 # Videos render headless; the GL backend is chosen when mujoco is first imported.
 os.environ.setdefault("MUJOCO_GL", "egl")
@@ -137,7 +143,16 @@ def add_standard_args(parser: argparse.ArgumentParser, name: str, threads: int =
                            f"RESULTS/{name}.npz)")
   parser.add_argument("--play", action="store_true",
                       help="replay the saved result headless: metrics, plot and video")
+  add_progress_args(parser)
   parser.set_defaults(result_name=name)
+
+
+def add_progress_args(parser: argparse.ArgumentParser) -> None:
+  """--quiet: no progress (bar or lines) and no per-iteration lines; results and the summary
+  stay. add_standard_args adds it; scripts with parsers of their own (benchmarks) call this."""
+  parser.add_argument("--quiet", action="store_true",
+                      help="no progress bar or progress lines and no per-iteration lines (the "
+                           "results and the last JSON line stay)")
 
 
 def add_mpc_args(parser: argparse.ArgumentParser, steps: int, method: str = "predictive"
@@ -163,8 +178,11 @@ def example_parser(name: str, description: str | None, threads: int = 0,
 
 
 def parse(parser: argparse.ArgumentParser, argv: Sequence[str] | None = None) -> argparse.Namespace:
-  """parser.parse_args, with args.out defaulting to RESULTS/<name>.npz."""
+  """parser.parse_args, with args.out defaulting to RESULTS/<name>.npz; progress() without args
+  follows its --quiet."""
+  global _QUIET
   args = parser.parse_args(argv)
+  _QUIET = bool(getattr(args, "quiet", False))
   if getattr(args, "out", None) is None and hasattr(args, "result_name"):
     args.out = args.results / f"{args.result_name}.npz"
   return args
@@ -286,17 +304,293 @@ def timed(*calls: tuple, repeats: int = 3) -> list[float]:
   return [float(np.min(t)) for t in spent]
 
 
+# -- progress ------------------------------------------------------------------------------------
+
+_QUIET = False  # the last parse()'s --quiet: what progress() follows without args
+
+
+def duration(seconds: float) -> str:
+  """Seconds as people read them: "42 s", "4 min 05 s", "1 h 02 min"."""
+  s = max(0, round(seconds))
+  if s < 60:
+    return f"{s} s"
+  if s < 3600:
+    return f"{s // 60} min {s % 60:02d} s"
+  return f"{s // 3600} h {s % 3600 // 60:02d} min"
+
+
+class Progress:
+  """How far a long loop is and about how long it has left, on stderr (or stream).
+
+  On a terminal (stream.isatty()) with tqdm installed: a tqdm bar with the time elapsed and left.
+  Otherwise (a file, a pipe, CI): plain lines
+
+    <desc> 12/60 (20%), elapsed 1 min 10 s, about 4 min 40 s left: <postfix>
+
+  at most one every `interval` seconds (the gap grows to a tenth of the time elapsed, at most a
+  minute), and one when it closes; plain: those lines on a terminal too (several processes
+  sharing one). quiet: nothing at all. The plain lines' estimate leaves out the time up to the
+  first update (where JAX compiles); tqdm's smooths it away.
+
+  The loop's own log lines go through write(): above the bar on a terminal, else to stdout as
+  print() would; quiet drops them. Nothing here touches what the loop computes.
+
+  Attributes:
+    n: the count so far.
+    total: the count at the end (None: unknown, no estimate).
+    bar: the tqdm bar, or None (plain lines or quiet).
+  """
+
+  def __init__(self, total: int | None, desc: str, *, quiet: bool = False,
+               stream: TextIO | None = None, unit: str = "it", interval: float = 10.0,
+               initial: int = 0, plain: bool = False,
+               clock: Callable[[], float] = time.monotonic):
+    self.total, self.desc, self.quiet, self.unit = total, desc, quiet, unit
+    self.stream = sys.stderr if stream is None else stream
+    self.interval, self.n, self.postfix, self._initial = interval, initial, "", initial
+    self._clock = clock
+    self._start = self._last = clock()
+    self._first: tuple[float, int] | None = None  # (time, n) at the first update
+    self._closed = False
+    self.bar: Any = None
+    if quiet or plain or not _isatty(self.stream):
+      return
+    tqdm = _tqdm()
+    if tqdm is None:  # plain lines, as on a file
+      return
+    known = "{l_bar}{bar}| {n_fmt}/{total_fmt} [{elapsed} elapsed, {remaining} left{postfix}]"
+    # A terminal of no size (a pseudo-terminal nobody sized) would hide the bar: 100 x 20.
+    sized = _columns(self.stream) > 0
+    self.bar = tqdm(total=total, desc=desc, unit=unit, initial=initial, file=self.stream,
+                    dynamic_ncols=sized, ncols=None if sized else 100,
+                    nrows=None if sized else 20, bar_format=known if total else None)
+
+  @property
+  def total(self) -> int | None:
+    """The count at the end; set it when the loop learns how long it is (bar.n + what is
+    left)."""
+    return self._total
+
+  @total.setter
+  def total(self, total: int | None) -> None:
+    self._total = total
+    if getattr(self, "bar", None) is not None:
+      self.bar.total = total
+      self.bar.refresh()
+
+  def __enter__(self) -> "Progress":
+    return self
+
+  def __exit__(self, *exc: Any) -> None:
+    self.close()
+
+  def update(self, n: int = 1, postfix: str | None = None) -> None:
+    """Counts n more done; postfix (if given): a short note shown after the count."""
+    self.to(self.n + n, postfix)
+
+  def to(self, n: int, postfix: str | None = None) -> None:
+    """The count is now n (a log that reports every k-th iteration, a resumed run)."""
+    if postfix is not None:
+      self.postfix = postfix
+    if self.bar is not None:
+      if postfix is not None:
+        self.bar.set_postfix_str(postfix, refresh=False)
+      self.bar.update(n - self.n)
+    self.n = n
+    if self.bar is not None or self.quiet:
+      return
+    now = self._clock()
+    if self._first is None:
+      self._first = (now, n)
+    gap = max(self.interval, min(60.0, (now - self._start) / 10))
+    finished = self.total is not None and n >= self.total  # close() says so
+    if now - self._last >= gap and not finished:
+      self._last = now
+      self._say(self.line(now))
+
+  def left(self, now: float | None = None) -> float | None:
+    """Seconds the rest should take at the rate since the first update (the first update's
+    own rate while there is no other), or None (no total, nothing done yet)."""
+    now = self._clock() if now is None else now
+    if self.total is None or self._first is None:
+      return None
+    since, done = (now - self._first[0], self.n - self._first[1])
+    if done <= 0:
+      since, done = now - self._start, self.n - self._initial
+    return since / done * max(self.total - self.n, 0) if done > 0 else None
+
+  def line(self, now: float | None = None, done: bool = False) -> str:
+    """The plain line of where it is now."""
+    now = self._clock() if now is None else now
+    elapsed = duration(now - self._start)
+    if self.total is None:
+      text = f"{self.desc} {self.n} {self.unit}"
+    else:
+      text = f"{self.desc} {self.n}/{self.total} ({100 * self.n / max(self.total, 1):.0f}%)"
+    left = None if done else self.left(now)
+    text += (f", done in {elapsed}" if done else f", elapsed {elapsed}"
+             + ("" if left is None else f", about {duration(left)} left"))
+    return text + (f": {self.postfix}" if self.postfix else "")
+
+  def write(self, line: str, keep: bool = False, file: TextIO | None = None) -> None:
+    """One of the loop's log lines: above the bar, or to file (default stdout); nothing when
+    quiet unless keep (a result, not progress: printed under --quiet too)."""
+    if self.quiet and not keep:
+      return
+    out = _real_stdout() if file is None else file
+    if self.bar is not None:
+      self.bar.write(line, file=out)
+    else:
+      out.write(line + "\n")
+    out.flush()
+
+  def close(self) -> None:
+    """Ends the bar (it stays on screen), or writes the last plain line."""
+    if self._closed:
+      return
+    self._closed = True
+    if self.bar is not None:
+      self.bar.close()
+    elif not self.quiet:
+      self._say(self.line(done=True))
+
+  @contextlib.contextmanager
+  def follow(self, pattern: str, echo: bool = True) -> Iterator["Progress"]:
+    """Counts the lines printed to stdout (in any thread) that match pattern, in the block.
+
+    For loops that print a line per iteration and take no callback (control.ilqr's verbose
+    jax.debug.print, a library's optimiser): the group named n (or the first group) is the
+    count, a line without one adds 1; other named groups become the postfix. Matching lines go
+    through write() (echo) or nowhere; the others to stdout as before.
+
+      with bar.follow(r"iLQR iteration (?P<n>\\d+): (?P<cost>cost \\S+)"):
+        control.ilqr(..., verbose=True)
+    """
+    regex = re.compile(pattern)
+    real = sys.stdout
+    lines = _Lines(real, regex, self, echo)
+    sys.stdout = cast(TextIO, lines)
+    try:
+      yield self
+      jax.effects_barrier()  # jax.debug.print's lines of the block are all out
+    finally:
+      lines.flush()
+      sys.stdout = real
+
+  def _say(self, text: str) -> None:
+    try:
+      self.stream.write(text + "\n")
+      self.stream.flush()
+    except (OSError, ValueError):  # a closed stream: progress never fails the run
+      pass
+
+
+class _Lines:
+  """sys.stdout while Progress.follow counts lines; all else goes to the real stdout."""
+
+  def __init__(self, real: TextIO, regex: re.Pattern, progress: Progress, echo: bool):
+    self.real, self.regex, self.progress, self.echo = real, regex, progress, echo
+    self.pending, self.lock = "", threading.Lock()
+
+  def write(self, text: str) -> int:
+    with self.lock:
+      *complete, self.pending = (self.pending + text).split("\n")
+      for line in complete:
+        self._line(line)
+    return len(text)
+
+  def flush(self) -> None:
+    with self.lock:
+      if self.pending:
+        self._line(self.pending)
+        self.pending = ""
+    self.real.flush()
+
+  def _line(self, line: str) -> None:
+    found = self.regex.search(line)
+    if found is None:
+      self.real.write(line + "\n")
+      return
+    groups = found.groupdict()
+    count = groups.pop("n", None) or (found.group(1) if found.re.groups else None)
+    postfix = " ".join(v for v in groups.values() if v) or None
+    if count is None:
+      self.progress.update(1, postfix)
+    else:
+      self.progress.to(int(count), postfix)
+    if self.echo:
+      self.progress.write(line)
+
+  def __getattr__(self, name: str) -> Any:  # encoding, fileno, isatty, ...
+    return getattr(self.real, name)
+
+
+def _real_stdout() -> TextIO:
+  out = sys.stdout
+  return out.real if isinstance(out, _Lines) else out
+
+
+_TQDM: list[Any] = []
+
+
+def _tqdm() -> Any:
+  """tqdm's bar class without its monitor thread (a soak counts the process's threads), or None
+  without tqdm."""
+  if not _TQDM:
+    try:
+      from tqdm import tqdm
+    except ImportError:
+      _TQDM.append(None)
+    else:
+      _TQDM.append(type("Bar", (tqdm,), {"monitor_interval": 0}))
+  return _TQDM[0]
+
+
+def _columns(stream: Any) -> int:
+  try:
+    return os.get_terminal_size(stream.fileno()).columns
+  except (AttributeError, OSError, ValueError):
+    return 0
+
+
+def _isatty(stream: Any) -> bool:
+  try:
+    return bool(stream.isatty())
+  except (AttributeError, OSError, ValueError):
+    return False
+
+
+def progress(total: int | None, desc: str, args: argparse.Namespace | None = None,
+             **kwargs: Any) -> Progress:
+  """A Progress of total steps named desc, quiet under args.quiet (without args: under the last
+  parse()'s --quiet); kwargs: Progress's (quiet=True also silences it, e.g. in a process other
+  than the first).
+
+    with common.progress(args.iterations, "CEM", args) as bar:
+      for i in range(args.iterations):
+        ...
+        bar.update(postfix=f"best {best:.3f}")
+  """
+  quiet = bool(kwargs.pop("quiet", False))
+  quiet |= _QUIET if args is None else bool(getattr(args, "quiet", False))
+  return Progress(total, desc, quiet=quiet, **kwargs)
+
+
 # -- receding horizon and replays ---------------------------------------------------------------
 
 
 def run_mpc(planner: Any, params: Any, state: Any, seed: int, steps: int, plan: Any = None,
             every: int = 0, report: Callable[[int, Any], str] | None = None,
-            step: Callable[..., Any] | None = None) -> tuple[np.ndarray, dict[str, float]]:
+            step: Callable[..., Any] | None = None, bar: "Progress | None" = None
+            ) -> tuple[np.ndarray, dict[str, float]]:
   """Runs control.receding_horizon(planner, params)'s control step `steps` times from state.
 
-  plan: the first plan (default planner.init()). Every `every` steps it prints report(k, state).
+  plan: the first plan (default planner.init()). Every `every` steps it prints report(k, state)
+  (through progress(): a bar with the time left on a terminal, and --quiet silences both).
   step: that control step if the caller made it already (episodes from several starts then
   compile it once).
+  bar: a Progress the steps count on (one over several episodes; the caller closes it); default:
+  progress() of its own for this run.
   Returns the real system's states (steps + 1, nstate) and the steady-state median wall and CPU
   seconds (all threads) of a control step, "seconds_per_step" and "cpu_per_step": the first
   step compiles, so it counts only when it is the only one.
@@ -307,14 +601,18 @@ def run_mpc(planner: Any, params: Any, state: Any, seed: int, steps: int, plan: 
   plan = planner.init() if plan is None else plan
   rows, wall, cpu = [np.asarray(state)], [], []
   key = jax.random.PRNGKey(seed)
-  for k in range(steps):
-    begin, begin_cpu = time.perf_counter(), time.process_time()
-    state, plan, _ = jax.block_until_ready(step(state, plan, jax.random.fold_in(key, k)))
-    wall.append(time.perf_counter() - begin)
-    cpu.append(time.process_time() - begin_cpu)
-    rows.append(np.asarray(state))
-    if every and report is not None and (k % every == 0 or k == steps - 1):
-      print(f"step {k:4d}: {report(k, state)}", flush=True)
+  own = bar is None
+  bar = progress(steps, "MPC", unit="step") if bar is None else bar
+  with bar if own else contextlib.nullcontext(bar):
+    for k in range(steps):
+      begin, begin_cpu = time.perf_counter(), time.process_time()
+      state, plan, _ = jax.block_until_ready(step(state, plan, jax.random.fold_in(key, k)))
+      wall.append(time.perf_counter() - begin)
+      cpu.append(time.process_time() - begin_cpu)
+      rows.append(np.asarray(state))
+      if every and report is not None and (k % every == 0 or k == steps - 1):
+        bar.write(f"step {k:4d}: {report(k, state)}")
+      bar.update()
   steady = slice(1, None) if steps > 1 else slice(None)
   return np.array(rows), {"seconds_per_step": float(np.median(wall[steady])),
                           "cpu_per_step": float(np.median(cpu[steady]))}

@@ -183,7 +183,9 @@ def solve(args) -> dict:
   results = {"hold first pose": metrics(sim, ref, start, hold, nstep)[0],
              "initial guess": metrics(sim, ref, start, guess, nstep)[0]}
   watch = common.Stopwatch()
-  with watch():
+  # The bar counts iLQR's own line per iteration (verbose; it may stop before the most).
+  with watch(), common.progress(args.iterations, "iLQR", args) as bar, bar.follow(
+      r"iLQR iteration (?P<n>\d+): (?P<cost>cost \S+)"):
     plan = control.ilqr(tracking_cost(sim, ref), sim.params(1), start, guess, nstep=nstep,
                         iterations=args.iterations, settings=SETTINGS, verbose=True)
     jax.block_until_ready(plan)

@@ -370,14 +370,17 @@ def train(args: argparse.Namespace, leader: bool) -> dict[str, Any]:
       f"process(es), {jax.device_count()} device(s)", flush=True)
 
   load = []
+  # ppo.train's log comes at every check (--eval-every iterations): the bar moves by as many.
+  bar = common.progress(args.iterations, "PPO", args, unit="iter", quiet=not leader)
 
   def log(p: ppo.Progress) -> None:
     m = p.metrics
     load.append(os.getloadavg()[0])
-    say(f"iter {p.iteration:4d}: {p.env_steps:>11,} env steps, train {p.wall_s:7.0f} s (CPU "
-        f"{p.cpu_s:7.0f} s); 0.5 m/s check: error {m['eval/forward_error']:.3f} m/s, falls "
-        f"{m['eval/falls']:2.0f}; kl {m.get('training/kl_mean', np.nan):.4f}, lr "
-        f"{m.get('training/learning_rate', np.nan):.1e}", flush=True)
+    bar.write(f"iter {p.iteration:4d}: {p.env_steps:>11,} env steps, train {p.wall_s:7.0f} s "
+              f"(CPU {p.cpu_s:7.0f} s); 0.5 m/s check: error {m['eval/forward_error']:.3f} m/s, "
+              f"falls {m['eval/falls']:2.0f}; kl {m.get('training/kl_mean', np.nan):.4f}, lr "
+              f"{m.get('training/learning_rate', np.nan):.1e}")
+    bar.to(p.iteration, postfix=f"error {m['eval/forward_error']:.3f} m/s")
 
   preset = PRESETS.get(args.preset, {})
   kwargs = training(env, args.num_envs, args.unroll, args.iterations, args.episode_length,
@@ -393,9 +396,10 @@ def train(args: argparse.Namespace, leader: bool) -> dict[str, Any]:
                     training_s=p.wall_s)
     return bool(walked) and args.stop_when_walking
 
-  trained = ppo.train(env, **kwargs, iterations_per_eval=args.eval_every, evaluate=evaluation,
-                      checkpoint=args.out if leader else None, resume=args.resume, log=log,
-                      seed=args.seed, stop=until_walking if args.preset and leader else None)
+  with bar:
+    trained = ppo.train(env, **kwargs, iterations_per_eval=args.eval_every, evaluate=evaluation,
+                        checkpoint=args.out if leader else None, resume=args.resume, log=log,
+                        seed=args.seed, stop=until_walking if args.preset and leader else None)
   if not leader:
     return {}
   assert evaluation is not None

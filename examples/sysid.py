@@ -206,10 +206,11 @@ def fit(arm: Arm, dist, ctrls, q, v, theta0, window: int, iterations: int) -> di
           "summary": report.summary(most=3)}
 
 
-def fit_mujoco_sysid(arm: Arm, ctrls, q, v, theta0, window: int,
-                     iterations: int) -> tuple[np.ndarray, int]:
+def fit_mujoco_sysid(arm: Arm, ctrls, q, v, theta0, window: int, iterations: int,
+                     bar: common.Progress | None = None) -> tuple[np.ndarray, int]:
   """The same fit with MuJoCo's toolbox: the same 10 numbers per link set on an MjSpec, the same
-  windows as its sequences, joint position and velocity sensors as the measurements."""
+  windows as its sequences, joint position and velocity sensors as the measurements. bar: a
+  common.Progress its iterations go to."""
   mj_sysid = importlib.import_module("mujoco.sysid")
   xml = arm_xml().replace("</actuator>", "</actuator>\n  <sensor>" + "".join(
     f'<jointpos name="q{i + 1}" joint="joint{i + 1}"/>'
@@ -250,9 +251,11 @@ def fit_mujoco_sysid(arm: Arm, ctrls, q, v, theta0, window: int,
     sequences.append(mj_sysid.ModelSequences("arm7", spec, f"window{w}", initial, control,
                                              sensors))
   residual_fn = mj_sysid.build_residual_fn(models_sequences=sequences)
+  # Its optimiser calls iter_callback with the iterations so far, the initial point first.
+  counted = {} if bar is None else {"iter_callback": lambda trace: bar.to(max(len(trace) - 1, 0))}
   with contextlib.redirect_stdout(io.StringIO()):  # its optimiser prints every iteration
     fitted, result = mj_sysid.optimize(params, residual_fn, optimizer="mujoco", verbose=False,
-                                       max_iters=iterations)
+                                       max_iters=iterations, **counted)
   done = max(len(getattr(result, "extras", {}).get("objective", [])) - 1, 0) or iterations
   return np.stack([fitted[b].value for b in BODIES]), done
 
@@ -317,13 +320,17 @@ def solve(args: argparse.Namespace) -> dict:
         f"{args.window}; {arm.sim.num_threads} threads; {jax.process_count()} process(es), "
         f"{dist.num_local} windows here")
   fits, begin = {}, time.perf_counter()
-  for kind in kinds:
-    fits[kind] = f = fit(arm, dist, commands[kind, "fit"], *recorded[kind, "fit"], theta0,
-                         args.window, args.iterations)
-    print(f"{kind} excitation: cost {f['costs'][0]:.4g} -> {f['costs'][-1]:.4g} (noise alone: "
-          f"{2 * LINKS * args.samples / 2:.4g}) in {f['iterations']} LM iterations; per "
-          f"iteration {f['seconds_per_iteration']:.2f} s wall, {f['cpu_per_iteration']:.2f} s "
-          f"CPU ({f['windows']} windows); the first {f['seconds_first']:.1f} s with compilation")
+  # sysid.fit takes no per-iteration callback: the bar counts whole fits.
+  with common.progress(len(kinds), "LM fits", args, unit="fit", quiet=not leader) as bar:
+    for kind in kinds:
+      fits[kind] = f = fit(arm, dist, commands[kind, "fit"], *recorded[kind, "fit"], theta0,
+                           args.window, args.iterations)
+      bar.write(f"{kind} excitation: cost {f['costs'][0]:.4g} -> {f['costs'][-1]:.4g} (noise "
+                f"alone: {2 * LINKS * args.samples / 2:.4g}) in {f['iterations']} LM iterations; "
+                f"per iteration {f['seconds_per_iteration']:.2f} s wall, "
+                f"{f['cpu_per_iteration']:.2f} s CPU ({f['windows']} windows); the first "
+                f"{f['seconds_first']:.1f} s with compilation", keep=True)
+      bar.update(postfix=f"{kind}: {f['iterations']} iterations")
   seconds = time.perf_counter() - begin
   thetas = {"guess": theta0, **{k: f["theta"] for k, f in fits.items()}}
   heldout = {name: [arm.prediction(theta, commands[k, "test"], recorded[k, "test"][0])
@@ -351,9 +358,9 @@ def solve(args: argparse.Namespace) -> dict:
     print(f"mujoco.sysid skipped: {why}")
   elif not args.skip_mujoco_sysid:
     watch = common.Stopwatch()
-    with watch():
+    with watch(), common.progress(args.iterations, "mujoco.sysid", args) as bar:
       theta_mj, done = fit_mujoco_sysid(arm, commands["seed", "fit"], *recorded["seed", "fit"],
-                                        theta0, args.window, args.iterations)
+                                        theta0, args.window, args.iterations, bar)
     after_mj = arm.prediction(theta_mj, commands["seed", "test"], recorded["seed", "test"][0])
     mass["mujoco.sysid"] = float(np.abs(errors(arm, theta_mj)["mass"]).mean())
     ours = fits["seed"]

@@ -1,7 +1,11 @@
 """examples/common.py: the flags, result files and helpers every example uses."""
 
 import argparse
+import io
+import re
+import select
 import sys
+import time
 from pathlib import Path
 
 import jax
@@ -96,3 +100,145 @@ def test_fingerprint_follows_the_model(cartpole):
   assert first == common.model_fingerprint(cartpole, 1) != common.model_fingerprint(cartpole, 2)
   cartpole.body_mass[1] += 1
   assert common.model_fingerprint(cartpole, 1) != first
+
+
+# -- progress --------------------------------------------------------------------------------------
+
+
+class Clock:
+  """A clock the test moves by hand."""
+
+  def __init__(self) -> None:
+    self.now = 1000.0
+
+  def __call__(self) -> float:
+    return self.now
+
+
+def test_progress_writes_plain_lines_at_a_bounded_rate_when_not_a_terminal(capsys):
+  stream, clock = io.StringIO(), Clock()
+  assert not stream.isatty()
+  bar = common.Progress(10, "search", stream=stream, interval=10.0, clock=clock)
+  assert bar.bar is None
+  clock.now += 30.0  # the first iteration compiles
+  bar.update(postfix="best 1.0")
+  for i in range(2, 6):
+    clock.now += 2.0
+    bar.update(postfix=f"best {i}.0")
+    if i == 3:
+      bar.write("iteration 3: a log line")
+  bar.close()
+  lines = stream.getvalue().splitlines()
+  # One line at the first update (30 s after the start), none for the next four (2 s apart, under
+  # the 10 s interval), one at the close.
+  assert lines == ["search 1/10 (10%), elapsed 30 s, about 4 min 30 s left: best 1.0",
+                   "search 5/10 (50%), done in 38 s: best 5.0"]
+  # The estimate leaves out the first update's compilation: 2 s per iteration since.
+  assert bar.left(clock.now) == pytest.approx(10.0)
+  clock.now += 11.0
+  assert "about 24 s left" in bar.line()  # 19 s for the 4 iterations since the first
+  assert capsys.readouterr().out == "iteration 3: a log line\n"  # the log line on stdout
+  assert common.duration(3725) == "1 h 02 min" and common.duration(59.4) == "59 s"
+  bar.total = 7  # the loop learned it ends sooner
+  assert bar.line(clock.now).startswith("search 5/7 (71%),") and bar.left(clock.now) == 9.5
+
+
+def test_progress_lines_come_further_apart_as_the_run_goes_on():
+  stream, clock = io.StringIO(), Clock()
+  bar = common.Progress(None, "training", stream=stream, interval=10.0, clock=clock)
+  for _ in range(100):  # 1,000 s, an update every 10 s
+    clock.now += 10.0
+    bar.update(10)
+  bar.close()
+  lines = stream.getvalue().splitlines()
+  # The gap grows from 10 s to a tenth of the time elapsed (at most a minute): 30 lines and the
+  # last rather than 100.
+  times = [int(line.split()[1]) for line in lines]  # the count is the time here
+  gaps = np.diff(times[:-1])
+  least = np.clip(np.array(times[1:-1]) / 10, 10, 60)  # at the time of the later line
+  assert len(lines) == 31 and np.all(gaps >= least) and np.all(gaps < least + 10), times
+  assert lines[0] == "training 10 it, elapsed 10 s"  # no total: no estimate
+  assert lines[-1] == "training 1000 it, done in 16 min 40 s"
+
+
+def test_progress_is_silent_under_quiet(capsys):
+  stream = io.StringIO()
+  parser = argparse.ArgumentParser()
+  common.add_standard_args(parser, "task")
+  args = common.parse(parser, ["--quiet"])
+  assert args.quiet
+  for bar in (common.progress(3, "x", args, stream=stream),
+              common.progress(3, "x", args, stream=stream, quiet=True),
+              common.progress(3, "x", stream=stream),  # follows the last parse()'s --quiet
+              common.progress(3, "x", common.parse(parser, []), stream=stream, quiet=True)):
+    with bar:
+      for _ in range(3):
+        bar.update(postfix="note")
+        bar.write("a log line")
+    assert bar.quiet and bar.bar is None
+  assert stream.getvalue() == "" and capsys.readouterr().out == ""
+  assert not common.progress(3, "x", stream=stream).quiet  # the last parse() had no --quiet
+
+
+def test_progress_draws_a_tqdm_bar_with_the_time_left_on_a_terminal(capsys):
+  pytest.importorskip("tqdm")
+  import os
+  import pty
+
+  main, child = pty.openpty()  # a terminal of no size, as under `script` from a pipe
+  try:
+    with os.fdopen(child, "w", closefd=False) as tty:
+      assert tty.isatty()
+      assert common.Progress(4, "x", stream=tty, plain=True).bar is None  # lines on request
+      bar = common.Progress(4, "CEM", stream=tty)
+      assert bar.bar is not None
+      for i in range(4):
+        time.sleep(0.15)
+        bar.update(postfix=f"best {i}")
+        if i == 1:
+          bar.write("iteration 2: a log line")
+      bar.close()
+    drawn = b""
+    while select.select([main], [], [], 0.5)[0]:
+      chunk = os.read(main, 65536)
+      if not chunk:
+        break
+      drawn += chunk
+  finally:
+    os.close(main)
+    os.close(child)
+  text = drawn.decode()
+  assert "\r" in text  # redrawn in place
+  final = text.split("\r")[-2] if text.endswith("\r\n") else text.split("\r")[-1]
+  assert re.search(r"CEM: 100%\|.*\| 4/4 \[00:0\d elapsed, 00:00 left, best 3\]", final), final
+  # While it ran, the estimate was a time, not "?".
+  assert re.search(r"CEM:  *[257]\d%\|.*\| [123]/4 \[00:0\d elapsed, 00:0\d left, best", text), text
+  assert "iteration" not in text  # the log line went to stdout, above the bar
+  assert capsys.readouterr().out == "iteration 2: a log line\n"
+
+
+def test_progress_follows_lines_printed_from_a_jitted_loop(capsys):
+  stream = io.StringIO()
+
+  @jax.jit
+  def loop(x):
+    def body(i, x):
+      jax.debug.print("iteration {i}: cost {c:.3f}", i=i + 1, c=x)
+      return x / 2
+
+    return jax.lax.fori_loop(0, 5, body, x)
+
+  bar = common.Progress(5, "solve", stream=stream, interval=0.0)
+  with bar.follow(r"iteration (?P<n>\d+): (?P<cost>cost \S+)"):
+    print("something else")
+    result = jax.block_until_ready(loop(jnp.asarray(8.0)))
+  bar.close()
+  assert float(result) == 0.25  # what it computes is untouched
+  assert bar.n == 5 and bar.postfix == "cost 0.500"
+  out = capsys.readouterr().out.splitlines()
+  assert out == ["something else", *[f"iteration {i}: cost {8 / 2 ** (i - 1):.3f}"
+                                     for i in range(1, 6)]]
+  assert stream.getvalue().splitlines()[-1] == "solve 5/5 (100%), done in 0 s: cost 0.500"
+  with common.Progress(5, "quiet", stream=stream, quiet=True).follow(r"iteration (\d+)") as q:
+    jax.block_until_ready(loop(jnp.asarray(8.0)))
+  assert q.n == 5 and capsys.readouterr().out == ""  # counted, not shown
