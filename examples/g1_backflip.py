@@ -684,11 +684,13 @@ def warm_start(sim, cfg: Config, cost: control.Cost, start, base: np.ndarray, ns
     diverged = jnp.any(warnings[:, :3] > 0, axis=-1)  # BADQPOS, BADQVEL, BADQACC
     return jnp.where(diverged, jnp.inf, total).reshape(cfg.samples, cfg.cem_robots).mean(1)
 
-  result = control.cem_search(
-    objective, z0.ravel(), np.tile(cfg.program_spread, len(z0)), key=jax.random.key(seed),
-    iterations=cfg.search_iterations, num_samples=cfg.samples,
-    num_elites=max(cfg.samples // 8, 2), std_min=0.01,
-    log=lambda it: print(f"search {it.iteration + 1:3d}: best {it.best_value:10.1f}"))
+  with common.progress(cfg.search_iterations, "warm start's search") as bar:
+    result = control.cem_search(
+      objective, z0.ravel(), np.tile(cfg.program_spread, len(z0)), key=jax.random.key(seed),
+      iterations=cfg.search_iterations, num_samples=cfg.samples,
+      num_elites=max(cfg.samples // 8, 2), std_min=0.01,
+      log=lambda it: (bar.write(f"search {it.iteration + 1:3d}: best {it.best_value:10.1f}"),
+                      bar.update(postfix=f"best {it.best_value:.1f}")))
   return np.asarray(result.best).reshape(z0.shape)
 
 
@@ -791,19 +793,23 @@ def landing_push(sim, cfg: Config, start, ctrl: np.ndarray, z, nstep: int, decid
     return miss.mean(axis=1) + miss[:, 0] + cfg.push_short_weight * short
 
   mean = np.asarray(z).reshape(-1, len(SYNERGIES) + 1)[:len(pushes), :-1].ravel()
-  result = control.cem_search(
-    objective, mean, cfg.push_spread, key=jax.random.fold_in(jax.random.key(seed), 1),
-    iterations=cfg.push_iterations, num_samples=cfg.push_samples,
-    num_elites=cfg.push_samples // 8, std_min=0.01, keep_best=False,
-    log=lambda it: print(f"push search {it.iteration + 1:2d}: best {it.best_value:.3f}"))
+  with common.progress(cfg.push_iterations, "push search") as bar:
+    result = control.cem_search(
+      objective, mean, cfg.push_spread, key=jax.random.fold_in(jax.random.key(seed), 1),
+      iterations=cfg.push_iterations, num_samples=cfg.push_samples,
+      num_elites=cfg.push_samples // 8, std_min=0.01, keep_best=False,
+      log=lambda it: (bar.write(f"push search {it.iteration + 1:2d}: best {it.best_value:.3f}"),
+                      bar.update(postfix=f"best {it.best_value:.3f}")))
   check, judge = ensemble.params("push_check", cfg.push_check_robots), jax.jit(misses)
   band = cfg.capture[3] / cfg.capture[2]
   scores = []
-  for i, candidate in enumerate(result.means[:, 0]):  # one call each: all at once is over 1 GB
-    miss, short = (np.asarray(a)[0] for a in judge(candidate[None], check))
-    scores.append(miss[1:].mean() + cfg.push_short_weight * (short + max(miss[0] - band, 0.0)))
-    print(f"push check {i:2d}: miss per robot {miss[1:].mean():.3f}, nominal {miss[0]:.3f}, "
-          f"short {short:.3f}")
+  with common.progress(len(result.means), "push check") as bar:
+    for i, candidate in enumerate(result.means[:, 0]):  # one call each: all at once is > 1 GB
+      miss, short = (np.asarray(a)[0] for a in judge(candidate[None], check))
+      scores.append(miss[1:].mean() + cfg.push_short_weight * (short + max(miss[0] - band, 0.0)))
+      bar.write(f"push check {i:2d}: miss per robot {miss[1:].mean():.3f}, nominal "
+                f"{miss[0]:.3f}, short {short:.3f}")
+      bar.update()
   pick = int(np.argmin(scores))
   print(f"push: the mean of iteration {pick} is flown")
   out = np.array(ctrl)
@@ -988,8 +994,11 @@ def solve(args: argparse.Namespace, cfg: Config) -> dict:
         guess, log=print)
       settings = control.ILQRSettings(mu_init=10.0, mu_min=1e-3, mu_max=1e8, tolerance=1e-4,
                                       final_gains=False)
-      result = control.ilqr(cost, sim.params(1), start, guess, nstep=nstep,
-                            iterations=cfg.iterations, settings=settings, accept=guard.accept)
+      # One bar for the whole solve: ilqr's loop is compiled, with no host callback per step.
+      with common.progress(1, f"iLQR (at most {cfg.iterations} iterations)") as bar:
+        result = control.ilqr(cost, sim.params(1), start, guess, nstep=nstep,
+                              iterations=cfg.iterations, settings=settings, accept=guard.accept)
+        bar.update()
       history = np.asarray(result.costs)
       costs = [float(history[0])]
       for value in history[1:]:  # NaN: the solve had stopped; no lower: no step found
@@ -1036,9 +1045,10 @@ def play(args: argparse.Namespace, cfg: Config) -> dict:
   clip = {"qpos": saved["ref_qpos"], "xpos": saved["ref_xpos"], "xquat": saved["ref_xquat"]}
   with mjbatch_jax.Simulator(model, num_threads=args.threads) as sim:
     watch = common.Stopwatch()
-    with watch():
+    with watch(), common.progress(1, f"replay on {args.robust + 1} robots") as bar:
       result = evaluate_plan(sim, cfg, clip, saved["start"], saved, nstep, args.robust,
                              robots(sim, args.seed))
+      bar.update()
     print(f"replayed {args.out} on the nominal robot and {args.robust} others in "
           f"{watch.wall:.0f} s")
   print_result(cfg, result)

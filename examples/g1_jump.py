@@ -132,11 +132,13 @@ def solve(model, columns, slots, sim, start, config: JumpConfig) -> control.CEMS
 
   lo = np.tile(np.r_[[-np.inf] * len(SYNERGIES), MIN_PHASE_S], len(PHASES))
   hi = np.tile(np.r_[[np.inf] * len(SYNERGIES), MAX_PHASE_S], len(PHASES))
-  return control.cem_search(objective, PROGRAM.ravel(), np.tile(SPREAD, len(PHASES)),
-                            key=jax.random.key(config.seed), iterations=config.iterations,
-                            num_samples=config.samples, lower=lo, upper=hi, smoothing=0.2,
-                            log=lambda it: print(f"iteration {it.iteration}: best "
-                                                 f"{it.best_value:.3f}", flush=True))
+  with common.progress(config.iterations, "CEM") as bar:
+    return control.cem_search(
+      objective, PROGRAM.ravel(), np.tile(SPREAD, len(PHASES)), key=jax.random.key(config.seed),
+      iterations=config.iterations, num_samples=config.samples, lower=lo, upper=hi,
+      smoothing=0.2, log=lambda it: (bar.write(f"iteration {it.iteration}: best "
+                                               f"{it.best_value:.3f}"),
+                                     bar.update(postfix=f"best {it.best_value:.3f}")))
 
 
 def jump_metrics(qpos: np.ndarray, floor: np.ndarray, origin: np.ndarray, dt: float) -> dict:
