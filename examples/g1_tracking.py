@@ -3,22 +3,15 @@
   python examples/g1_tracking.py [--frames 200] [--iterations 40] [--threads 0]
   python examples/g1_tracking.py --play      # replay the saved plan: metrics, plot, GIF
 
-The reference is a squat into a reach and a turn, built here by inverse kinematics
-(mjbatch_jax.motion.IK, weighted: one damped least squares over the tasks and a weak posture) at
-each of 200 frames of 0.02 s, from five keyframes of task targets eased between: feet fixed,
-pelvis height and orientation, torso orientation, hand positions, centre of mass over the feet.
-The 29 actuators are position servos, so a control is a vector of joint targets; a knot is one
-frame (10 physics steps).
-
-The cost tracks twelve bodies: position (the pelvis in the world, loose in x and y; the others
-relative to the pelvis's horizontal position) and orientation, each body's error quadratic up to
-a threshold and linear beyond it (control.Term norm "huber"), plus control regularisation towards
-the reference joint angles. It prints the tracking error of holding the first pose, of the
-initial guess (the reference angles as servo targets) and of the plan, and whether the robot
-stays upright (pelvis above PELVIS_MIN) when the plan's controls are replayed open-loop.
+The reference, a squat into a reach and a turn, is motion.IK (weighted: one damped least squares
+over the tasks and a weak posture) at each of 200 frames of 0.02 s, from five keyframes of task
+targets eased between. A control is the 29 position servos' targets, a knot one frame (10
+physics steps). The cost (motion.tracking_cost) tracks twelve bodies' positions and orientations
+(Huber per body) and the controls against the reference's angles. It prints the tracking error
+of holding the first pose, of the initial guess (the reference's angles) and of the plan, and
+whether the replayed plan stays upright (pelvis above PELVIS_MIN).
 """
 
-import argparse
 import os
 
 os.environ.setdefault("MUJOCO_GL", "egl")  # --play renders headless
@@ -56,8 +49,6 @@ KEYFRAMES = (
 FEET = ("left_ankle_roll_link", "right_ankle_roll_link")
 HANDS = ("left_wrist_yaw_link", "right_wrist_yaw_link")
 
-
-# -- the reference: IK at every frame ------------------------------------------------------------
 
 
 def _yaw_pitch(yaw: float, pitch: float) -> np.ndarray:
@@ -121,8 +112,6 @@ def reference(model: mujoco.MjModel, frames: int) -> dict[str, np.ndarray]:
   return {"qpos": np.array(frames_qpos), "xpos": xpos, "xquat": xquat}
 
 
-# -- the cost ------------------------------------------------------------------------------------
-
 
 def tracking_cost(sim: mjbatch_jax.Simulator, ref: dict) -> control.Cost:
   """State t against frame min(t, F - 1); control t against the angles of frame t + 1."""
@@ -150,16 +139,12 @@ def metrics(sim, ref, start, ctrls, nstep) -> tuple[dict, np.ndarray]:
 def print_table(columns: dict[str, dict]) -> None:
   print(f"{'mean error':16s}" + "".join(f"{n:>22s}" for n in columns))
   print(f"{'':16s}" + f"{'pos mm':>12s}{'rot deg':>10s}" * len(columns))
-  rows = [(label, [(c["body_pos_mm"][i], c["body_rot_deg"][i]) for c in columns.values()])
-          for i, label in enumerate(LABELS)]
-  for label, cells in [*rows, ("all bodies", [(c["pos_mm"], c["rot_deg"])
-                                              for c in columns.values()])]:
-    print(f"{label:16s}" + "".join(f"{p:12.1f}{r:10.2f}" for p, r in cells))
+  for i, label in enumerate([*LABELS, "all bodies"]):
+    print(f"{label:16s}" + "".join(f"{[*c['body_pos_mm'], c['pos_mm']][i]:12.1f}"
+                                   f"{[*c['body_rot_deg'], c['rot_deg']][i]:10.2f}"
+                                   for c in columns.values()))
   print(f"{'pelvis min z m':16s}" + "".join(f"{c['pelvis_min_height']:22.3f}"
                                             for c in columns.values()))
-
-
-# -- solve and play ------------------------------------------------------------------------------
 
 
 def setup(args, frames: int):
@@ -195,8 +180,7 @@ def solve(args) -> dict:
   first, final = float(plan.costs[0]), float(plan.cost)
   print(f"solve: {int(plan.iterations)} iterations in {watch.wall:.1f} s ({watch.cpu:.1f} s CPU, "
         f"compilation included) on {sim.num_threads} threads; {args.frames} knots of {nstep} "
-        f"steps, one transition_fd call each")
-  print(f"cost: {first:.3f} -> {final:.3f}")
+        f"steps, one transition_fd call each; cost: {first:.3f} -> {final:.3f}")
   before, after = results["initial guess"], results["iLQR plan"]
   print(f"tracking error: {before['pos_mm']:.1f} mm -> {after['pos_mm']:.1f} mm, "
         f"{before['rot_deg']:.2f} deg -> {after['rot_deg']:.2f} deg (mean over bodies and frames)")
@@ -222,18 +206,11 @@ def play(args) -> dict:
   print_table({"open-loop replay": result})
   qpos = replay[:, sim.layout.qpos]
   print(f"replay differs from the saved plan by {float(np.max(np.abs(qpos - saved['qpos']))):.1e}")
-  plt = common.pyplot()
-  if plt is not None:
-    fig, axes = plt.subplots(2, 1, figsize=(9, 7))
-    t = FRAME_DT * np.arange(len(qpos))
-    axes[0].plot(saved["costs"], "o-")
-    axes[0].set(yscale="log", xlabel="iLQR iteration", ylabel="cost")
-    axes[1].plot(t, qpos[:, 2], label="replay")
-    axes[1].plot(t[:-1], ref["qpos"][:, 2], "--", label="reference")
-    axes[1].axhline(PELVIS_MIN, color="r", lw=0.8, label="upright threshold")
-    axes[1].set(xlabel="time (s)", ylabel="pelvis height (m)")
-    axes[1].legend()
-    common.save_figure(fig, args.results / "g1_tracking.png")
+  t = FRAME_DT * np.arange(len(qpos))
+  common.plot_series(args.results / "g1_tracking.png", t, {"pelvis height (m)": {
+    "replay": qpos[:, 2], "reference": ref["qpos"][:, 2],
+    "upright threshold": np.full(len(t), PELVIS_MIN)}},
+    title=f"G1 tracking: iLQR cost {saved['costs'][0]:.3g} -> {saved['costs'][-1]:.3g}")
   print(common.render(model, qpos[::4], args.results / "g1_tracking.gif", fps=12.5,
                       track_body="pelvis", distance=2.6, qpos_only=True))
   common.print_summary(result)
@@ -241,8 +218,7 @@ def play(args) -> dict:
 
 
 def main(argv=None) -> dict:
-  parser = argparse.ArgumentParser(description="G1 whole-body motion tracking by iLQR.")
-  common.add_standard_args(parser, "g1_tracking")
+  parser = common.example_parser("g1_tracking", "G1 whole-body motion tracking by iLQR.")
   parser.add_argument("--model", default=None, help="the G1's scene.xml (default: shared models)")
   parser.add_argument("--frames", type=common.int_in(2, CLIP_FRAMES, "frames"),
                       default=CLIP_FRAMES, help="track the clip's first N frames")
