@@ -16,6 +16,7 @@ Examples run as scripts from this folder, so they import it as `import common`:
 import argparse
 import contextlib
 import dataclasses
+import functools
 import hashlib
 import json
 import os
@@ -34,7 +35,7 @@ import jax  # noqa: E402
 import mujoco  # noqa: E402
 import numpy as np  # noqa: E402
 
-from mjbatch_jax import archive  # noqa: E402
+from mjbatch_jax import archive, ensemble, randomize  # noqa: E402
 
 EXAMPLES = Path(__file__).resolve().parent
 RESULTS = EXAMPLES / "results"
@@ -60,6 +61,17 @@ def g1_tracking_parts() -> tuple:
   c = G1_TRACKING
   return (c["pos_weight"].tolist(), c["rot_weight"], c["ctrl_weight"], c["pos_threshold"],
           c["rot_threshold"])
+
+
+def g1_robots(sim: Any, seeds: dict[str, int] | None = None) -> ensemble.Ensemble:
+  """The G1 examples' randomised robots: link masses x[0.9, 1.1] and the floor's sliding friction
+  in [0.6, 1.0] (the feet's own friction is the contacts' when it is higher); seeds per purpose
+  as ensemble.Ensemble takes them (None: its defaults)."""
+  friction = sim.model.geom_friction[sim.model.geom("floor").id]
+  draw = functools.partial(randomize, scale={"body_mass": (0.9, 1.1)}, uniform={
+    "geom_friction": (np.r_[0.6, friction[1:]], np.r_[1.0, friction[1:]])})
+  return ensemble.Ensemble(sim, ("body_mass", "geom_friction"), draw,
+                           select={"geom_friction": ["floor"]}, set_const=True, seeds=seeds)
 
 
 def g1_labels(bodies: Sequence[str]) -> tuple[str, ...]:

@@ -540,14 +540,8 @@ def start_state(sim: mjbatch_jax.Simulator, clip: dict) -> jax.Array:
 
 
 def robots(sim: mjbatch_jax.Simulator, seed: int) -> Ensemble:
-  """Link masses x[0.9, 1.1] and the floor's sliding friction in [0.6, 1.0], a seed for all
-  purposes (their names keep their robots apart)."""
-  friction = sim.model.geom_friction[sim.model.geom("floor").id]
-  draw = functools.partial(mjbatch_jax.randomize, scale={"body_mass": (0.9, 1.1)},
-                           uniform={"geom_friction": (np.r_[0.6, friction[1:]],
-                                                      np.r_[1.0, friction[1:]])})
-  return Ensemble(sim, ("body_mass", "geom_friction"), draw, select={"geom_friction": ["floor"]},
-                  set_const=True, seeds=dict.fromkeys(PURPOSES, seed))
+  """common.g1_robots, one seed for all purposes (their names keep their robots apart)."""
+  return common.g1_robots(sim, dict.fromkeys(PURPOSES, seed))
 
 
 # ------------------------------------------------------------------------ the flip's numbers

@@ -8,7 +8,7 @@ synergies (hip, knee, ankle and waist pitch, shoulder pitch, elbow), each reache
 own time, and back to standing (3 s). Started as crouch, push, flight and landing, the saved plan
 uses them as crouch, half rise, deep crouch and push, taking off on the way to the last.
 control.cem_search searches the 28 numbers, each candidate run open loop on the nominal robot
-and SEARCH_ROBOTS "search" robots of an Ensemble (robots()) in one rollout call; the plan is the
+and SEARCH_ROBOTS "search" robots of common.g1_robots in one rollout call; the plan is the
 best candidate or one of the last means, whichever passes on most "validation" robots. A robot
 passes (jump_metrics, from each step's floor contacts) when it lands (a flight of MIN_FLIGHT or
 more, then only the feet on the floor, both), is GOAL_DISTANCE ahead and has the pelvis above
@@ -96,15 +96,6 @@ def program_ctrls(model: mujoco.MjModel, columns: list[np.ndarray], z: jax.Array
   return jnp.clip(ctrls, *model.actuator_ctrlrange.T)
 
 
-def robots(sim: mjbatch_jax.Simulator) -> ensemble.Ensemble:
-  """Link masses x[0.9, 1.1]; floor friction [0.6, 1.0], at least the feet's: the contacts' own."""
-  friction = sim.model.geom_friction[sim.model.geom("floor").id]
-  draw = functools.partial(mjbatch_jax.randomize, scale={"body_mass": (0.9, 1.1)}, uniform={
-    "geom_friction": (np.r_[0.6, friction[1:]], np.r_[1.0, friction[1:]])})
-  return ensemble.Ensemble(sim, ("body_mass", "geom_friction"), draw,
-                           select={"geom_friction": ["floor"]}, set_const=True)
-
-
 def search_score(slots, sim, start, states, sensors):
   """Each run's score (lower is better) from its knots' states and floor contacts."""
   floor, qpos = sensors[..., slots], states[..., sim.layout.qpos]
@@ -120,7 +111,7 @@ def search_score(slots, sim, start, states, sensors):
 
 def solve(model, columns, slots, sim, start, config: JumpConfig) -> control.CEMSearchResult:
   """CEM over programs, each run on the nominal robot and fresh search robots every iteration."""
-  ens, count = robots(sim), SEARCH_ROBOTS + 1
+  ens, count = common.g1_robots(sim), SEARCH_ROBOTS + 1
 
   def objective(z, iteration):
     params = ens.params("search", SEARCH_ROBOTS, iteration=iteration)
@@ -166,7 +157,7 @@ def replay(slots, sim, start, ctrls, params) -> tuple[list[dict], np.ndarray]:
 
 def choose(columns, slots, sim, start, result: control.CEMSearchResult) -> jax.Array:
   """The search's candidate that passes on most validation robots (ties: nominal, distance)."""
-  params = robots(sim).params("validation", VALIDATION_ROBOTS)
+  params = common.g1_robots(sim).params("validation", VALIDATION_ROBOTS)
   scores = []
   for z in (result.best, *result.means[-CHOICES:, 0]):
     metrics, _ = replay(slots, sim, start, program_ctrls(sim.model, columns, z), params)
@@ -226,7 +217,7 @@ def main(argv=None) -> dict:
       ctrls = np.asarray(program_ctrls(model, columns, program))
       head = {"solve_wall_s": time.perf_counter() - begin, "best_value": float(result.best_value)}
     metrics, rows = replay(slots, sim, start, ctrls,
-                           robots(sim).params("evaluation", args.robust))
+                           common.g1_robots(sim).params("evaluation", args.robust))
   summary = {**head, **summarise(metrics)}
   if args.play:
     plot_and_video(args, model, sim, rows, summary)
