@@ -314,3 +314,54 @@ POINT_XML = """
   <actuator><motor joint="x" ctrlrange="-1 1"/><motor joint="y" ctrlrange="-1 1"/></actuator>
 </mujoco>
 """
+
+# A fixed-base arm: a shoulder (yaw, pitch), an elbow and a wrist, all limited; the hand is
+# redundant for a position target (four joints, three coordinates).
+ARM_XML = """
+<mujoco>
+  <compiler angle="radian"/>
+  <worldbody>
+    <geom name="floor" type="plane" size="2 2 0.1"/>
+    <body name="upper" pos="0 0 0.5">
+      <joint name="yaw" axis="0 0 1" range="-2 2"/>
+      <joint name="pitch" axis="0 1 0" range="-2 2"/>
+      <geom type="capsule" fromto="0 0 0 0.3 0 0" size="0.03"/>
+      <body name="fore" pos="0.3 0 0">
+        <joint name="elbow" axis="0 1 0" range="-2.5 0.1"/>
+        <geom type="capsule" fromto="0 0 0 0.25 0 0" size="0.025"/>
+        <body name="hand" pos="0.25 0 0">
+          <joint name="wrist" axis="0 1 0" range="-1 1"/>
+          <geom type="box" size="0.05 0.02 0.01" pos="0.05 0 0"/>
+        </body>
+      </body>
+    </body>
+  </worldbody>
+</mujoco>
+"""
+
+# A floating two-body robot with two feet, for sensors and the clip's other-model refusal
+# (tests/test_motion.py and the hostile-input table tests/test_fuzz_motion.py).
+BIPED_XML = """
+<mujoco>
+  <compiler angle="radian"/>
+  <worldbody>
+    <geom name="floor" type="plane" size="2 2 0.1"/>
+    <body name="torso" pos="0 0 0.3">
+      <freejoint name="root"/>
+      <geom type="box" size="0.1 0.1 0.05" mass="2"/>
+      <body name="left_foot" pos="0 0.08 -0.2">
+        <joint name="left_hip" pos="0 0 0.2" axis="0 1 0" range="-1 1"/>
+        <geom type="box" size="0.06 0.03 0.01" mass="0.2"/>
+      </body>
+      <body name="right_foot" pos="0 -0.08 -0.2">
+        <joint name="right_hip" pos="0 0 0.2" axis="0 1 0" range="-1 1"/>
+        <geom type="box" size="0.06 0.03 0.01" mass="0.2"/>
+      </body>
+    </body>
+  </worldbody>
+  <actuator>
+    <position joint="left_hip" kp="50" ctrlrange="-1 1"/>
+    <position joint="right_hip" kp="50" ctrlrange="-1 1"/>
+  </actuator>
+</mujoco>
+"""
