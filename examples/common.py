@@ -35,7 +35,8 @@ import jax  # noqa: E402
 import mujoco  # noqa: E402
 import numpy as np  # noqa: E402
 
-from mjbatch_jax import archive, ensemble, randomize  # noqa: E402
+from mjbatch_jax import archive, ensemble, motion, randomize  # noqa: E402
+from mjbatch_jax.motion.sensors import PREFIX as FLOOR_CONTACT  # noqa: E402
 
 EXAMPLES = Path(__file__).resolve().parent
 RESULTS = EXAMPLES / "results"
@@ -72,6 +73,38 @@ def g1_robots(sim: Any, seeds: dict[str, int] | None = None) -> ensemble.Ensembl
     "geom_friction": (np.r_[0.6, friction[1:]], np.r_[1.0, friction[1:]])})
   return ensemble.Ensemble(sim, ("body_mass", "geom_friction"), draw,
                            select={"geom_friction": ["floor"]}, set_const=True, seeds=seeds)
+
+
+G1_FEET = {"left foot": "left_ankle_roll_link", "right foot": "right_ankle_roll_link"}
+
+
+def g1_scene(path: "str | Path | None", bodies: Sequence[str] = ()) -> mujoco.MjModel:
+  """The G1's scene (path, or the shared models') with floor-contact sensors on G1_FEET and the
+  whole robot (motion.floor_contact_sensors; g1_floor_columns). SystemExit saying what is wrong
+  when the model lacks the feet, bodies, a floor, a free root or one position servo per hinge."""
+  path = robot_scene(path, "unitree_g1")
+  spec = mujoco.MjSpec.from_file(str(path))
+  missing = sorted(set(bodies).union(G1_FEET.values()) - {b.name for b in spec.bodies})
+  if missing:
+    raise SystemExit(f"{path} has no bodies named {missing}: the task names the Unitree G1's "
+                     "bodies")
+  try:
+    motion.floor_contact_sensors(spec, G1_FEET, robot="pelvis")
+  except ValueError as e:
+    raise SystemExit(f"{path}: {e} (the G1's scene.xml has a floor)") from None
+  model = spec.compile()
+  servo = (model.actuator_trntype == mujoco.mjtTrn.mjTRN_JOINT) & np.isclose(
+    model.actuator_gainprm[:, 0], -model.actuator_biasprm[:, 1])
+  free = model.jnt_type == mujoco.mjtJoint.mjJNT_FREE
+  if not free[0] or free[1:].any() or model.nu != model.nv - 6 or not servo.all():
+    raise SystemExit(f"{path}: expected a free root and one position servo per hinge (the G1)")
+  return model
+
+
+def g1_floor_columns(model: mujoco.MjModel) -> np.ndarray:
+  """The sensordata columns of g1_scene's floor contacts: left foot, right foot, the robot."""
+  return np.array([model.sensor(f"{FLOOR_CONTACT} {label}").adr[0]
+                   for label in (*G1_FEET, "robot")])
 
 
 def g1_labels(bodies: Sequence[str]) -> tuple[str, ...]:
@@ -238,8 +271,16 @@ def save_result(path: Path, kind: str, arrays: dict[str, Any], meta: dict[str, A
   return archive.write(path, arrays, header, compress=True)
 
 
+def config_meta(config: Any) -> dict[str, Any]:
+  """A frozen config dataclass as a result's meta records it: its fields as JSON keeps them
+  (tuples as lists) under "config", and their fingerprint under "config_fingerprint"."""
+  record = json.loads(json.dumps(_plain(dataclasses.asdict(config))))
+  return {"config": record, "config_fingerprint": fingerprint(record)}
+
+
 def load_result(path: Path, kind: str, version: str | None = None,
-                keys: Sequence[str] = ()) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
+                keys: Sequence[str] = (), config: Any = None
+                ) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
   """(arrays, meta) of a result saved by save_result; SystemExit saying why it cannot be used.
 
   Args:
@@ -247,6 +288,8 @@ def load_result(path: Path, kind: str, version: str | None = None,
     kind: the example that must have saved it.
     version: if given, the fingerprint it must have been saved with (model and constants).
     keys: arrays it must hold.
+    config: if given, the config dataclass whose config_meta the result's meta must hold; the
+      refusal names the fields that differ.
   """
   path = Path(path)
   if not path.is_file():
@@ -263,7 +306,15 @@ def load_result(path: Path, kind: str, version: str | None = None,
   missing = [key for key in keys if key not in arrays]
   if missing:
     raise SystemExit(f"{path} lacks {missing}: it was saved by an older {kind}; solve again")
-  return arrays, header.get("meta", {})
+  meta = header.get("meta", {})
+  if config is not None and meta.get("config_fingerprint") != config_meta(config)[
+      "config_fingerprint"]:
+    theirs, ours = meta.get("config", {}), config_meta(config)["config"]
+    differ = sorted(k for k in ours.keys() | theirs.keys() if theirs.get(k) != ours.get(k))
+    shown = ", ".join(f"{k} (saved {theirs.get(k)!r}, here {ours.get(k)!r})" for k in differ)
+    raise SystemExit(f"{path} was solved with another config: {shown or 'its record differs'}; "
+                     f"give the same options or solve again")
+  return arrays, meta
 
 
 def write_json(path: Path, value: Any) -> Path:
@@ -314,6 +365,35 @@ def timed(*calls: tuple, repeats: int = 3) -> list[float]:
       jax.block_until_ready(fn(*args))
       times.append(time.process_time() - begin)
   return [float(np.min(t)) for t in spent]
+
+
+def secant(f: Callable[[float], tuple[float, Any]], x0: float, x1: float, *,
+           done: Callable[[float, Any], bool], tries: int = 12) -> tuple[float, Any, list[float]]:
+  """A root of a scalar equation by secant steps from x0 and x1; (x, f's payload there, misses).
+
+  f(x) returns (miss, payload); done(miss, payload) ends the search, as do `tries` calls. Once
+  two misses differ in sign, a step is kept inside the closest such bracket (bisected when the
+  secant leaves it), so that a kink in the miss cannot throw the search far away.
+
+    x, out, misses = secant(lambda x: (x * x - 2, None), 1.0, 2.0,
+                            done=lambda miss, _: abs(miss) < 1e-9)
+  """
+  guesses, misses, bracket = [x0, x1], [], None
+  while True:
+    x = guesses[len(misses)]
+    miss, payload = f(x)
+    misses.append(miss)
+    if done(miss, payload) or len(misses) == tries:
+      return x, payload, misses
+    for other, earlier in zip(guesses[:len(misses) - 1], misses[:-1], strict=True):
+      if earlier * miss < 0 and (bracket is None or abs(other - x) < abs(bracket[1] - bracket[0])):
+        bracket = (other, x)
+    if len(misses) >= 2:
+      slope = (misses[-1] - misses[-2]) / (guesses[len(misses) - 1] - guesses[len(misses) - 2])
+      step = guesses[len(misses) - 1] - misses[-1] / slope
+      if bracket is not None and not min(bracket) < step < max(bracket):
+        step = 0.5 * sum(bracket)
+      guesses.append(step)
 
 
 # -- progress ------------------------------------------------------------------------------------

@@ -5,43 +5,35 @@
   python g1_backflip.py --play --robust 32  # the full evaluation (about 25 min)
   python g1_backflip.py --reference         # build the reference, check its feasibility, stop
 
-The task: Config (the flip and the solve's settings, fingerprinted into the saved plan), the
-reference's physics (a push at constant acceleration of the centre of mass, a ballistic flight
-whose angular momentum turns the pelvis a full turn, the fall caught; joint angles by
-motion.IK), the flip's scores and the landing's task parts. The warm start is a program of
-whole-body synergy targets (knees first: rise, push, tuck, open, settle); iLQR tracks the
-reference under control.ensemble_guard; the push is searched again (control.cem_search) for
-where the landing catches each robot; in flight each robot chooses a longer tuck and a pelvis
-tilt (control.choose_tail) and from just before touchdown a sampling MPC lands it
-(control.receding_horizon_fleet). Robots come from one mjbatch_jax.ensemble.Ensemble, a seed per
-purpose. What the probes taught: docs/backflip.md. The last line is one JSON object; `complete`
-says whether the closed loop turns at least 2 pi - 0.3 rad in flight.
+The task: Config (fingerprinted into the saved plan), the reference's physics (a push at
+constant acceleration of the centre of mass, motion.ballistic_flight's full turn, the fall
+caught; joint angles by motion.IK), the flip's scores and the landing's task parts. The warm
+start is a program of synergy targets (rise, push, tuck, open, settle); iLQR tracks the reference
+under control.ensemble_guard; the push is searched again (control.cem_search) for where the
+landing catches each robot; in flight each robot chooses a longer tuck and a pelvis tilt
+(control.choose_tail), and a sampling MPC lands it (control.receding_horizon_fleet). Robots: one
+ensemble.Ensemble, a seed per purpose. docs/backflip.md: what the probes taught. The last line
+is JSON; `complete`: the closed loop turns at least 2 pi - 0.3 rad in flight.
 """
 
 import argparse
 import dataclasses
 import functools
-import json
 import os
 import sys
 from pathlib import Path
 
 
 def _avx2_blas_kernels_where_the_cpu_has_them() -> None:
-  """OPENBLAS_CORETYPE=Haswell where the CPU has AVX2 and FMA, unless set or numpy is loaded.
-
-  The reference's IK runs on numpy's BLAS, whose kernels (picked by CPU) round differently in
-  the last bits, and the solve is chaotic: such a change ends the searches at another plan
-  (docs/backflip.md). Read when OpenBLAS loads, before numpy's import; a user's setting stands.
-  """
-  if "numpy" in sys.modules or "OPENBLAS_CORETYPE" in os.environ:
-    return
-  try:
-    flags = set(Path("/proc/cpuinfo").read_text().split())
-  except OSError:
-    return  # not Linux: nothing to read the CPU's features from
-  if {"avx2", "fma"} <= flags:
-    os.environ["OPENBLAS_CORETYPE"] = "Haswell"
+  """OPENBLAS_CORETYPE=Haswell on a CPU with AVX2 and FMA, unless set or numpy is loaded: the
+  reference's IK runs on numpy's BLAS, whose kernels (picked by CPU) round differently in the last
+  bits, and the solve is chaotic (docs/backflip.md). Read when OpenBLAS loads; a user's stands."""
+  if "numpy" not in sys.modules and "OPENBLAS_CORETYPE" not in os.environ:
+    try:
+      if {"avx2", "fma"} <= set(Path("/proc/cpuinfo").read_text().split()):
+        os.environ["OPENBLAS_CORETYPE"] = "Haswell"
+    except OSError:
+      pass  # not Linux: nothing to read the CPU's features from
 
 
 _avx2_blas_kernels_where_the_cpu_has_them()
@@ -62,15 +54,13 @@ from mjbatch_jax.ensemble import Ensemble, evaluate, per_robot  # noqa: E402
 
 KIND = "g1_backflip"
 TRACKED, LABELS = common.G1_TRACKED, common.g1_labels(common.G1_TRACKED)
-G = 9.81  # m/s^2, checked against the model's gravity
 FRAME_DT = 0.02  # s per frame of the clip and per knot of the plan
 FINE = 4  # the reference is built on a grid FINE times finer, for its derivatives
 CLIP_FRAMES = 200
-FEET = ("left_ankle_roll_link", "right_ankle_roll_link")
+FEET = tuple(common.G1_FEET.values())
 SIDES = ("left", "right")
 # The sole under each foot's four contact spheres, in the ankle roll link's frame (m).
 SOLE = motion.Sole(x=(-0.05, 0.12), half_width=0.025, z=-0.035)
-FOOT_SENSORS = {"left foot": FEET[0], "right foot": FEET[1]}
 SYNERGIES = ("hip_pitch", "knee", "ankle_pitch", "waist_pitch", "shoulder_pitch", "elbow")
 # Each purpose's robots: the warm start's and the push's searches, the iLQR guard, the check that
 # picks the push's mean, and the evaluation reported.
@@ -171,15 +161,6 @@ class Config:
   def push_start(self) -> float:
     return self.stand_s + self.crouch_s
 
-  def record(self) -> dict:
-    """The fields as JSON keeps them (tuples as lists)."""
-    return json.loads(json.dumps(dataclasses.asdict(self)))
-
-
-def pitch_quat(angle: float) -> np.ndarray:
-  """A rotation by angle about the world's y axis (positive: nose down)."""
-  return np.array([np.cos(angle / 2), 0.0, np.sin(angle / 2), 0.0])
-
 
 def pitch_of(xmat: np.ndarray) -> float:
   """The pitch of a frame about y, from where its x axis points in the x-z plane."""
@@ -211,7 +192,7 @@ class _Builder:
   """The reference's pieces on the fine grid: IK poses, momentum, inertia, derivatives."""
 
   def __init__(self, model: mujoco.MjModel):
-    self.model, self.data, self.dt = model, mujoco.MjData(model), FRAME_DT / FINE
+    self.model, self.dt = model, FRAME_DT / FINE
     posture = model.key_qpos[0].copy()
     # The keyframe's straight knees are singular for the IK: the posture it is pulled to bends
     # them; in the null space, so each frame converges to the same pose from a nearby start.
@@ -252,15 +233,6 @@ class _Builder:
   def com_of(self, qpos: np.ndarray) -> np.ndarray:
     return self.ik.kinematics(qpos).subtree_com[1].copy()
 
-  def momentum(self, qpos: np.ndarray, qvel: np.ndarray) -> float:
-    """The y component of the whole body's angular momentum about its centre of mass."""
-    return float(motion.angular_momentum(self.model, self.data, qpos, qvel)[1])
-
-  def pitch_inertia(self, qpos: np.ndarray) -> float:
-    """The moment of inertia about the lateral axis through the centre of mass: the momentum of
-    a unit pitch rate of the root."""
-    return self.momentum(qpos, np.eye(self.model.nv)[4])
-
   def stance(self, t: np.ndarray, qpos: np.ndarray, targets_at) -> tuple[np.ndarray, float]:
     """IK at each time of a ground phase, warm-started from the previous frame."""
     out, worst = [], 0.0
@@ -297,7 +269,8 @@ def build_reference(model: mujoco.MjModel, cfg: Config, frames: int = CLIP_FRAME
   crouch_com = np.array([ankle_x + cfg.com_ahead, 0.0, cfg.crouch_com])
 
   def ground(com, pitch, upper, feet=feet) -> dict:
-    return {"feet": feet, "com": com, "pelvis_quat": pitch_quat(pitch), "joints": b.upper(*upper)}
+    return {"feet": feet, "com": com, "pelvis_quat": motion.pitch_quat(pitch),
+            "joints": b.upper(*upper)}
 
   stand_target = ground(stand_com, 0.0, cfg.stand_upper)
   q_stand, _ = b.pose(b.ik.posture.copy(), stand_target, iterations=500)
@@ -325,10 +298,10 @@ def build_reference(model: mujoco.MjModel, cfg: Config, frames: int = CLIP_FRAME
   rel_tuck = b.relative_feet(q_tuck)
   # Flight time: the parabola from the take-off height to the landing pose's, on the grid (the
   # vertical take-off velocity adjusted by less than a grid step's worth).
-  rise = cfg.landing_com - cfg.takeoff_com
-  k_flight = max(round((cfg.takeoff_vz + np.sqrt(cfg.takeoff_vz**2 - 2 * G * rise)) / G / dt), 2)
+  rise, g = cfg.landing_com - cfg.takeoff_com, -model.opt.gravity[2]
+  k_flight = max(round((cfg.takeoff_vz + np.sqrt(cfg.takeoff_vz**2 - 2 * g * rise)) / g / dt), 2)
   flight = k_flight * dt
-  vz = (rise + 0.5 * G * flight**2) / flight
+  vz = (rise + 0.5 * g * flight**2) / flight
   if flight < cfg.tuck_in_s + cfg.tuck_out_s:
     raise ValueError(f"a flight of {flight:.3f} s is shorter than tucking in and out: jump higher")
   v_off = np.array([cfg.takeoff_vx, 0.0, vz])
@@ -351,67 +324,40 @@ def build_reference(model: mujoco.MjModel, cfg: Config, frames: int = CLIP_FRAME
     return b.stance(t_all[i_push + 1:i_off + 1], q_before[-1], push_at)
 
   def fly(q_push: np.ndarray):
-    """The flight after the push: the L that turns the pelvis to its landing pitch a turn later
-    (theta' = (L - own) / I, own the joints' momentum with the root still), and the frames.
-    At take-off the legs stop extending: an internal impulse, the body's momentum unchanged."""
+    """The flight after the push: the joints' tuck and untuck (IK with the root still), then
+    motion.ballistic_flight's turn to the landing pitch a turn later. At take-off the legs stop
+    extending: an internal impulse, the body's momentum unchanged."""
     rel_off = b.relative_feet(q_push[-1])
     frozen = q_push[-1].copy()
     frozen[:7] = (0, 0, 0, 1, 0, 0, 0)
-    q_rel, com_rel, worst = [], [], 0.0
+    q_rel, worst = [], 0.0
     for s in s_flight:
       if s <= cfg.tuck_in_s:
         rel = motion.quintic(rel_off, 0, 0, rel_tuck, 0, 0, cfg.tuck_in_s, s)
       else:
         rel = motion.quintic(rel_tuck, 0, 0, rel_land, 0, 0, cfg.tuck_out_s, s - t_out)
       upper = motion.quintic(cfg.takeoff_upper, (cfg.arm_rate, 0, 0), 0, cfg.landing_upper, 0, 0,
-                      flight, s)
-      targets = {"feet": [(r[:3].copy(), pitch_quat(r[3])) for r in rel],
+                             flight, s)
+      targets = {"feet": [(r[:3].copy(), motion.pitch_quat(r[3])) for r in rel],
                  "joints": b.upper(*upper)}
       frozen, error = b.pose(frozen, targets, free_root=False)
       worst = max(worst, error)
       q_rel.append(frozen)
-      com_rel.append(b.com_of(frozen))
-    q_rel = np.array(q_rel)
-    rates = np.gradient(q_rel[:, 7:], dt, axis=0)
-    inertia = np.array([b.pitch_inertia(q) for q in q_rel])
-    own = np.array([b.momentum(q, np.r_[np.zeros(6), rate])
-                    for q, rate in zip(q_rel, rates, strict=True)])
+    return motion.ballistic_flight(model, np.array(q_rel), dt, pitch0=cfg.takeoff_pitch,
+                                   pitch1=theta_down, com0=c_off, vel0=v_off), worst
 
-    def cumulative(f):
-      return np.concatenate([[0.0], np.cumsum(0.5 * dt * (f[1:] + f[:-1]))])
-
-    inv, own_term = cumulative(1.0 / inertia), cumulative(own / inertia)
-    momentum = (theta_down - cfg.takeoff_pitch + own_term[-1]) / inv[-1]
-    theta = cfg.takeoff_pitch + momentum * inv - own_term
-    c = c_off + v_off * s_flight[:, None] + np.outer(0.5 * s_flight**2, [0, 0, -G])
-    q_flight = q_rel.copy()
-    for k in range(len(s_flight)):
-      q_flight[k, 3:7] = pitch_quat(theta[k])
-      q_flight[k, :3] = c[k] - _quat_mat(pitch_quat(theta[k])).reshape(3, 3) @ com_rel[k]
-    return q_flight, momentum, (momentum - own[-1]) / inertia[-1], worst
-
-  # The push's take-off pitch rate that hands the flight its L: secant steps, inside the bracket
-  # of the last guesses whose misses differ in sign (bisection when a step leaves it).
-  guesses, misses, bracket = [-4.0, -8.0], [], None
-  while True:
-    omega = guesses[len(misses)]
+  def attempt(omega: float):
+    """How far the momentum the push hands over misses what the flight needs."""
     q_push, err_push = push(omega)
-    q_flight, momentum, omega_down, err_flight = fly(q_push)
-    misses.append(b.momentum(q_push[-1], motion.velocities(model, q_push[-3:], dt)[-1])
-                  - momentum)
-    if abs(misses[-1]) < 1e-3 * abs(momentum) or len(misses) == 12:
-      break
-    for other, miss in zip(guesses[:len(misses) - 1], misses[:-1], strict=True):
-      if miss * misses[-1] < 0 and (bracket is None or abs(other - omega) <
-                                    abs(bracket[1] - bracket[0])):
-        bracket = (other, omega)
-    if len(misses) >= 2:
-      slope = (misses[-1] - misses[-2]) / (guesses[len(misses) - 1] - guesses[len(misses) - 2])
-      step = guesses[len(misses) - 1] - misses[-1] / slope
-      if bracket is not None and not min(bracket) < step < max(bracket):
-        step = 0.5 * sum(bracket)
-      guesses.append(step)
-  omega_off = guesses[len(misses) - 1]
+    flown, err_flight = fly(q_push)
+    handed = motion.angular_momentum(model, None, q_push[-1],
+                                     motion.velocities(model, q_push[-3:], dt)[-1])[1]
+    return handed - flown.momentum, (q_push, err_push, flown, err_flight)
+
+  # The push's take-off pitch rate that hands the flight its L.
+  omega_off, (q_push, err_push, flown, err_flight), misses = common.secant(
+    attempt, -4.0, -8.0, done=lambda miss, out: abs(miss) < 1e-3 * abs(out[2].momentum))
+  q_flight, momentum, omega_down = flown.qpos, flown.momentum, flown.final_rate
   log(f"reference: the flight's turn needs L = {momentum:.2f} kg m^2/s; the push hands it over "
       f"with the pelvis turning at {omega_off:.2f} rad/s at take-off (missed by "
       f"{abs(misses[-1]):.1e} after {len(misses)} tries)")
@@ -422,7 +368,7 @@ def build_reference(model: mujoco.MjModel, cfg: Config, frames: int = CLIP_FRAME
   d = b.ik.kinematics(q_flight[-1])
   feet_down = [(d.xpos[f].copy(), np.array([1.0, 0, 0, 0])) for f in b.foot_ids]
   c_down = b.com_of(q_flight[-1])
-  v_down = v_off + np.array([0, 0, -G * flight])
+  v_down = v_off + np.array([0, 0, -g * flight])
   ankle_down = feet_down[0][0][0]
   stop_s = 2 * (c_down[2] - cfg.absorb_com) / -v_down[2]
   low_com = c_down + 0.5 * v_down * stop_s
@@ -472,26 +418,7 @@ def build_reference(model: mujoco.MjModel, cfg: Config, frames: int = CLIP_FRAME
 
 
 def load_model(path: Path | None) -> mujoco.MjModel:
-  """The G1 scene with floor-contact sensors; SystemExit saying what is wrong otherwise."""
-  path = common.robot_scene(path, "unitree_g1")
-  spec = mujoco.MjSpec.from_file(str(path))
-  missing = sorted(set(TRACKED + FEET) - {b.name for b in spec.bodies})
-  if missing:
-    raise SystemExit(f"{path} has no bodies named {missing}: the cost and the reference name the "
-                     "Unitree G1's bodies")
-  if "floor" not in {g.name for g in spec.geoms}:
-    raise SystemExit(f"{path}: expected a geom named 'floor' (the G1's scene.xml has one)")
-  motion.floor_contact_sensors(spec, FOOT_SENSORS, robot="pelvis")
-  model = spec.compile()
-  free = mujoco.mjtJoint.mjJNT_FREE
-  servo = (model.actuator_trntype == mujoco.mjtTrn.mjTRN_JOINT) & np.isclose(
-    model.actuator_gainprm[:, 0], -model.actuator_biasprm[:, 1])
-  if (model.jnt_type[0] != free or np.any(model.jnt_type[1:] == free)
-      or model.nu != model.nv - 6 or not np.all(servo)):
-    raise SystemExit(f"{path}: expected a free root and one position servo per hinge (the G1)")
-  if not np.isclose(-model.opt.gravity[2], G, rtol=1e-3):
-    raise SystemExit(f"{path}: the reference assumes g = {G} m/s^2")
-  return model
+  return common.g1_scene(path, TRACKED)
 
 
 def prepare(model: mujoco.MjModel, cfg: Config, log=print) -> tuple[dict, dict]:
@@ -548,8 +475,7 @@ def robots(sim: mjbatch_jax.Simulator, seed: int) -> Ensemble:
 
 
 def floor_columns(sim: mjbatch_jax.Simulator) -> np.ndarray:
-  return np.array([sim.names.sensor(f"floor contact {label}").start
-                   for label in (*FOOT_SENSORS, "robot")])
+  return common.g1_floor_columns(sim.model)
 
 
 def pelvis_pitch(sim: mjbatch_jax.Simulator, states) -> jax.Array:
@@ -1007,8 +933,8 @@ def solve(args: argparse.Namespace, cfg: Config) -> dict:
     evaluated = evaluate_plan(sim, cfg, clip, start, plan, nstep, args.robust, ensemble)
   print_result(cfg, evaluated)
   summary = summary_of(evaluated)
-  meta = {"config": cfg.record(), "config_fingerprint": common.fingerprint(cfg.record()),
-          "seed": args.seed, "nstep": nstep, "solve_seconds": watch.wall}
+  meta = {**common.config_meta(cfg), "seed": args.seed, "nstep": nstep,
+          "solve_seconds": watch.wall}
   common.save_result(args.out, KIND, {**plan, "start": np.asarray(start), "ref_qpos": clip["qpos"],
                                       "ref_xpos": clip["xpos"], "ref_xquat": clip["xquat"]},
                      meta, version=version(model))
@@ -1019,22 +945,10 @@ def solve(args: argparse.Namespace, cfg: Config) -> dict:
   return summary
 
 
-def load_plan(path: Path, model: mujoco.MjModel, cfg: Config) -> tuple[dict, dict]:
-  """The saved plan; SystemExit naming the Config's fields that differ from this command's."""
-  saved, meta = common.load_result(path, KIND, version=version(model),
-                                   keys=("ctrl", "states", "holds", "landing_knots", "start"))
-  theirs, ours = meta.get("config", {}), cfg.record()
-  if meta.get("config_fingerprint") != common.fingerprint(ours):
-    differ = sorted(k for k in ours.keys() | theirs.keys() if theirs.get(k) != ours.get(k))
-    shown = ", ".join(f"{k} (saved {theirs.get(k)!r}, here {ours.get(k)!r})" for k in differ)
-    raise SystemExit(f"{path} was solved with another config: {shown or 'its record differs'}; "
-                     f"give the same options or solve again")
-  return saved, meta
-
-
 def play(args: argparse.Namespace, cfg: Config) -> dict:
   model = load_model(args.model)
-  saved, meta = load_plan(args.out, model, cfg)
+  saved, meta = common.load_result(args.out, KIND, version=version(model), config=cfg, keys=(
+    "ctrl", "states", "holds", "landing_knots", "start"))
   nstep = int(meta["nstep"])
   clip = {"qpos": saved["ref_qpos"], "xpos": saved["ref_xpos"], "xquat": saved["ref_xquat"]}
   with mjbatch_jax.Simulator(model, num_threads=args.threads) as sim:

@@ -35,7 +35,6 @@ import mjbatch_jax  # noqa: E402
 from mjbatch_jax import control, ensemble, motion  # noqa: E402
 
 NSTEP, KNOT_S, KNOTS = 10, 0.02, 150  # 3 s of knots of 10 physics steps
-FEET = {"left foot": "left_ankle_roll_link", "right foot": "right_ankle_roll_link"}
 SYNERGIES = ("hip_pitch", "knee", "ankle_pitch", "waist_pitch", "shoulder_pitch", "elbow")
 PHASES = ("crouch", "push", "flight", "land")
 # Where the search starts (an earlier search's end): per phase, targets (rad) and time to them (s).
@@ -65,21 +64,15 @@ class JumpConfig:
 
 def load_model(path) -> tuple[mujoco.MjModel, list[np.ndarray], np.ndarray]:
   """The G1 scene with floor-contact sensors, each synergy's actuator ids, the sensors' slots."""
-  path = common.robot_scene(path, "unitree_g1")
-  spec = mujoco.MjSpec.from_file(str(path))
-  try:
-    sensors = motion.floor_contact_sensors(spec, FEET, robot="pelvis")
-  except ValueError as e:
-    raise SystemExit(f"{path}: {e} (the jump needs the Unitree G1's bodies and floor)") from None
-  model = spec.compile()
+  model = common.g1_scene(path)
   names = {model.actuator(i).name: i for i in range(model.nu)}
   columns = [[f"{s}_joint"] if s.startswith("waist") else [f"left_{s}_joint", f"right_{s}_joint"]
              for s in SYNERGIES]
   if not set(sum(columns, [])) <= set(names) or model.nkey == 0:
-    raise SystemExit(f"{path}: expected actuators {columns} and a standing keyframe, as the "
-                     "Unitree G1 has")
+    raise SystemExit(f"expected actuators {columns} and a standing keyframe, as the Unitree G1 "
+                     "has")
   return (model, [np.array([names[n] for n in c]) for c in columns],
-          np.array([model.sensor(n).adr[0] for n in sensors]))
+          common.g1_floor_columns(model))
 
 
 def program_ctrls(model: mujoco.MjModel, columns: list[np.ndarray], z: jax.Array) -> jax.Array:

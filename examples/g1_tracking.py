@@ -8,8 +8,8 @@ over the tasks and a weak posture) at each of 200 frames of 0.02 s, from five ke
 targets eased between. A control is the 29 position servos' targets, a knot one frame (10
 physics steps). The cost (motion.tracking_cost) tracks twelve bodies' positions and orientations
 (Huber per body) and the controls against the reference's angles. It prints the tracking error
-of holding the first pose, of the initial guess (the reference's angles) and of the plan, and
-whether the replayed plan stays upright (pelvis above PELVIS_MIN).
+of holding the first pose, of the guess (the reference's angles) and of the plan, and whether
+the replay stays upright.
 """
 
 import os
@@ -31,13 +31,11 @@ from mjbatch_jax import control, motion, rotations  # noqa: E402
 CLIP_FRAMES, FRAME_DT = 200, 0.02
 TRACKED, LABELS = common.G1_TRACKED, common.g1_labels(common.G1_TRACKED)
 PELVIS_MIN = 0.45  # m: upright means the pelvis stays above this at every frame
-# Contacts make the linearisation good only near the trajectory: a strong start for mu, and mu
-# raised after short steps (see control.ILQRSettings).
+# Contacts make the linearisation good only near the trajectory: mu starts strong (ILQRSettings).
 SETTINGS = control.ILQRSettings(mu_init=10.0, mu_min=1e-3, mu_max=1e8, tolerance=1e-4)
 
-# Keyframes: time (s), pelvis height (m), pelvis pitch and yaw, torso pitch and yaw (rad), left and
-# right hand positions (m, world frame before turning by the torso's yaw; None: where standing
-# holds them).
+# Keyframes: time (s), pelvis height (m), pelvis pitch and yaw, torso pitch and yaw (rad), hand
+# positions (m, world frame before the torso's yaw turns them; None: where standing holds them).
 _STAND = (0.755, 0.0, 0.0, 0.0, 0.0, None, None)
 KEYFRAMES = (
   (0.0, *_STAND),
@@ -48,7 +46,6 @@ KEYFRAMES = (
 )
 FEET = ("left_ankle_roll_link", "right_ankle_roll_link")
 HANDS = ("left_wrist_yaw_link", "right_wrist_yaw_link")
-
 
 
 def _yaw_pitch(yaw: float, pitch: float) -> np.ndarray:
@@ -112,13 +109,6 @@ def reference(model: mujoco.MjModel, frames: int) -> dict[str, np.ndarray]:
   return {"qpos": np.array(frames_qpos), "xpos": xpos, "xquat": xquat}
 
 
-
-def tracking_cost(sim: mjbatch_jax.Simulator, ref: dict) -> control.Cost:
-  """State t against frame min(t, F - 1); control t against the angles of frame t + 1."""
-  return motion.tracking_cost(sim, ref["xpos"], ref["xquat"], ref["qpos"], TRACKED,
-                              **common.G1_TRACKING)
-
-
 def metrics(sim, ref, start, ctrls, nstep) -> tuple[dict, np.ndarray]:
   """Tracking errors and uprightness of the controls replayed open-loop from start; states."""
   states, _, obs = jax.jit(mjbatch_jax.rollout, static_argnames=("nstep", "observe"))(
@@ -171,7 +161,10 @@ def solve(args) -> dict:
   # The bar counts iLQR's own line per iteration (verbose; it may stop before the most).
   with watch(), common.progress(args.iterations, "iLQR", args) as bar, bar.follow(
       r"iLQR iteration (?P<n>\d+): (?P<cost>cost \S+)"):
-    plan = control.ilqr(tracking_cost(sim, ref), sim.params(1), start, guess, nstep=nstep,
+    # State t against frame min(t, F - 1); control t against the angles of frame t + 1.
+    cost = motion.tracking_cost(sim, ref["xpos"], ref["xquat"], ref["qpos"], TRACKED,
+                                **common.G1_TRACKING)
+    plan = control.ilqr(cost, sim.params(1), start, guess, nstep=nstep,
                         iterations=args.iterations, settings=SETTINGS, verbose=True)
     jax.block_until_ready(plan)
   results["iLQR plan"], replay = metrics(sim, ref, start, plan.ctrls, nstep)
@@ -179,14 +172,10 @@ def solve(args) -> dict:
   print_table(results)
   first, final = float(plan.costs[0]), float(plan.cost)
   print(f"solve: {int(plan.iterations)} iterations in {watch.wall:.1f} s ({watch.cpu:.1f} s CPU, "
-        f"compilation included) on {sim.num_threads} threads; {args.frames} knots of {nstep} "
-        f"steps, one transition_fd call each; cost: {first:.3f} -> {final:.3f}")
-  before, after = results["initial guess"], results["iLQR plan"]
-  print(f"tracking error: {before['pos_mm']:.1f} mm -> {after['pos_mm']:.1f} mm, "
-        f"{before['rot_deg']:.2f} deg -> {after['rot_deg']:.2f} deg (mean over bodies and frames)")
-  print(f"open-loop replay: pelvis min height {after['pelvis_min_height']:.3f} m: "
-        f"{'upright' if after['upright'] else 'FELL'} at every frame; replay differs from the plan"
-        f" by {gap:.1e}")
+        f"compilation included) on {sim.num_threads} threads; cost: {first:.3f} -> {final:.3f}")
+  after = results["iLQR plan"]
+  print(f"open-loop replay: pelvis min height {after['pelvis_min_height']:.3f} m ("
+        f"{'upright' if after['upright'] else 'FELL'}); replay differs from the plan by {gap:.1e}")
   summary = {"frames": args.frames, "iterations": int(plan.iterations), "cost": final,
              "initial_cost": first, "solve_seconds": watch.wall, "solve_cpu_seconds": watch.cpu,
              "threads": sim.num_threads, "results": results, "replay_gap": gap}
@@ -206,10 +195,9 @@ def play(args) -> dict:
   print_table({"open-loop replay": result})
   qpos = replay[:, sim.layout.qpos]
   print(f"replay differs from the saved plan by {float(np.max(np.abs(qpos - saved['qpos']))):.1e}")
-  t = FRAME_DT * np.arange(len(qpos))
-  common.plot_series(args.results / "g1_tracking.png", t, {"pelvis height (m)": {
-    "replay": qpos[:, 2], "reference": ref["qpos"][:, 2],
-    "upright threshold": np.full(len(t), PELVIS_MIN)}},
+  common.plot_series(args.results / "g1_tracking.png", FRAME_DT * np.arange(len(qpos)), {
+    "pelvis height (m)": {"replay": qpos[:, 2], "reference": ref["qpos"][:, 2],
+                          "upright threshold": np.full(len(qpos), PELVIS_MIN)}},
     title=f"G1 tracking: iLQR cost {saved['costs'][0]:.3g} -> {saved['costs'][-1]:.3g}")
   print(common.render(model, qpos[::4], args.results / "g1_tracking.gif", fps=12.5,
                       track_body="pelvis", distance=2.6, qpos_only=True))

@@ -156,7 +156,8 @@ class Ensemble:
 
     Raises:
       ValueError: on an unknown purpose, a count below 1, or a draw that returns anything but
-        Params of the same fields, shapes and dtypes (before any physics runs).
+        Params of the same fields, shapes and dtypes, or (outside jit) values that are not
+        finite; before any physics runs.
     """
     purpose = _validate.one_of("purpose", purpose, self.purposes)
     count = _validate.integer("count", count, low=1)
@@ -205,6 +206,12 @@ def _check_drawn(drawn: Any, template: Params) -> None:
       raise ValueError(f"draw changed the leaf {name!r}: it must keep shape "
                        f"{tuple(jnp.shape(want))} and dtype {jnp.result_type(want)}, got shape "
                        f"{tuple(jnp.shape(got))} and dtype {jnp.result_type(got)}")
+    # Values are checked where they are known (a draw under jit gives tracers): a NaN mass
+    # would run, and every robot that has it would fail for a reason no metric names.
+    if not isinstance(got, Tracer) and not np.all(np.isfinite(np.asarray(got))):
+      robot = int(np.argwhere(~np.isfinite(np.asarray(got)))[0][0])
+      raise ValueError(f"draw gave {name!r} a value that is not finite (robot {robot} of the "
+                       f"draw): a robot's parameters must be finite numbers")
 
 
 @dataclasses.dataclass(frozen=True, eq=False)

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import jax
 import jax.numpy as jnp
+import mujoco
 import numpy as np
 import pytest
 
@@ -40,6 +41,72 @@ def test_result_round_trip_and_refusals(tmp_path):
   (tmp_path / "bad.npz").write_bytes(b"not a zip")
   with pytest.raises(SystemExit, match="not a result saved"):
     common.load_result(tmp_path / "bad.npz", "task")
+
+
+def test_a_result_of_another_config_is_refused_naming_the_fields(tmp_path):
+  import dataclasses
+
+  @dataclasses.dataclass(frozen=True)
+  class Config:
+    steps: int = 3
+    gains: tuple = (1.0, 2.0)
+
+  path = tmp_path / "x.npz"
+  meta = common.config_meta(Config())
+  assert meta["config"] == {"steps": 3, "gains": [1.0, 2.0]}
+  common.save_result(path, "task", {"ctrl": np.zeros(2)}, {**meta, "seed": 0})
+  _, saved = common.load_result(path, "task", config=Config())
+  assert saved["seed"] == 0 and saved["config_fingerprint"] == meta["config_fingerprint"]
+  with pytest.raises(SystemExit, match=r"another config: gains \(saved \[1.0, 2.0\], here "
+                                       r"\[1.0, 3.0\]\), steps \(saved 3, here 4\)"):
+    common.load_result(path, "task", config=Config(4, (1.0, 3.0)))
+  common.save_result(path, "task", {"ctrl": np.zeros(2)}, {})  # saved without a config
+  with pytest.raises(SystemExit, match="another config: gains"):
+    common.load_result(path, "task", config=Config())
+
+
+def test_secant_finds_a_root_and_stays_in_its_bracket():
+  calls = []
+
+  def f(x):
+    calls.append(x)
+    return x**3 - 2.0, x * 10
+
+  x, payload, misses = common.secant(f, 0.5, 3.0, done=lambda miss, _: abs(miss) < 1e-12)
+  assert x == pytest.approx(2 ** (1 / 3), abs=1e-12) and payload == 10 * x
+  assert misses[-1] == f(x)[0] and len(misses) == len(calls) - 1 <= 12
+  assert all(0.5 <= c <= 3.0 for c in calls)  # once bracketed, never outside
+  # A kink the secant overshoots: bisection keeps it inside the bracket; tries bound the calls.
+  x, _, misses = common.secant(lambda x: (np.sign(x - 1.0) * abs(x - 1.0) ** 0.2, None), 0.0,
+                               3.0, done=lambda miss, _: False, tries=30)
+  assert len(misses) == 30 and abs(x - 1.0) < 1e-3
+
+
+def test_g1_scene_adds_the_floor_sensors_and_refuses_other_robots(tmp_path):
+  from tests.models import G1, MODELS_MISSING
+
+  if not G1.exists():
+    pytest.skip(MODELS_MISSING)
+  model = common.g1_scene(None, ("torso_link",))
+  columns = common.g1_floor_columns(model)
+  data = mujoco.MjData(model)
+  mujoco.mj_resetDataKeyframe(model, data, 0)
+  mujoco.mj_forward(model, data)
+  left, right, robot = data.sensordata[columns]
+  assert left > 0 and right > 0 and robot == left + right  # standing: only the feet down
+  with pytest.raises(SystemExit, match=r"has no bodies named \['nose'\]"):
+    common.g1_scene(None, ("nose",))
+  ball = tmp_path / "ball.xml"
+  ball.write_text('<mujoco><worldbody><body name="pelvis"><freejoint/><geom size=".1"/>'
+                  '<body name="left_ankle_roll_link"><joint/><geom size=".1"/></body>'
+                  '<body name="right_ankle_roll_link"><geom size=".1"/></body></body>'
+                  '</worldbody></mujoco>')
+  with pytest.raises(SystemExit, match="floor"):
+    common.g1_scene(ball)
+  ball.write_text(ball.read_text().replace("<worldbody>", '<worldbody><geom name="floor" '
+                                           'type="plane" size="1 1 .1"/>'))
+  with pytest.raises(SystemExit, match="one position servo per hinge"):
+    common.g1_scene(ball)
 
 
 def test_standard_flags_and_defaults(tmp_path):

@@ -54,6 +54,11 @@ def land(**kw):
 def spec():
   return mujoco.MjSpec.from_string(BIPED_XML)
 
+def fly(**kw):
+  args = {"model": biped, "joints": bqpos, "dt": 0.01, "pitch0": 0.0, "pitch1": -1.0,
+          "com0": [0.0, 0.0, 1.0], "vel0": [0.0, 0.0, 2.0]} | kw
+  return motion.ballistic_flight(**args)
+
 sim = mjbatch_jax.Simulator(biped, num_threads=1)
 bx, bq = motion.body_poses(biped, bqpos, ["torso"])
 
@@ -441,6 +446,30 @@ REFUSED = [
    r"dt must be a finite number > 0.0, got inf"),
   ("velocities model None", "motion.velocities(None, bqpos, 0.01)",
    r"model must be a mujoco.MjModel, got NoneType"),
+  # ballistic_flight.
+  ("ballistic_flight joints a string", "fly(joints='tuck')", r"joints must be an array of numbers"),
+  ("ballistic_flight joints None", "fly(joints=None)", r"joints must be an array of numbers"),
+  ("ballistic_flight one frame", "fly(joints=bqpos[:1])", r"joints must hold at least 2 frames"),
+  ("ballistic_flight joints of the arm", "fly(joints=np.zeros((3, 4)))",
+   r"joints must have shape \(any, 9\), got \(3, 4\)"),
+  ("ballistic_flight joints inf", "fly(joints=bqpos * math.inf)", r"joints must be finite"),
+  ("ballistic_flight dt NaN", "fly(dt=math.nan)", r"dt must be"),
+  ("ballistic_flight dt negative", "fly(dt=-0.01)", r"dt must be a finite number > 0.0"),
+  ("ballistic_flight pitch bool", "fly(pitch0=True)", r"pitch0 must be a finite number"),
+  ("ballistic_flight pitch inf", "fly(pitch1=-math.inf)", r"pitch1 must be a finite number"),
+  ("ballistic_flight com0 NaN", "fly(com0=[0.0, math.nan, 1.0])", r"com0 must be finite"),
+  ("ballistic_flight vel0 a scalar", "fly(vel0=3.0)", r"vel0 must have shape \(3,\)"),
+  ("ballistic_flight a fixed-base arm", "fly(model=arm, joints=np.zeros((3, 4)))",
+   r"model's first joint must be a free joint"),
+  ("ballistic_flight a model without joints", textwrap.dedent("""
+    fly(model=mujoco.MjModel.from_xml_string('<mujoco><worldbody><geom size="1"/></worldbody>'
+                                             '</mujoco>'), joints=np.zeros((3, 0)))
+    """), r"model's first joint must be a free joint"),
+  ("ballistic_flight in zero gravity", textwrap.dedent("""
+    still = mujoco.MjModel.from_xml_string(BIPED_XML)
+    still.opt.gravity[:] = 0
+    fly(model=still)
+    """), r"model's gravity must point along -z, got \[0.0, 0.0, 0.0\]"),
   ("angular_momentum model None", "motion.angular_momentum(None, scratch, bq0, np.zeros(8))",
    r"model must be a mujoco.MjModel, got NoneType"),
   ("angular_momentum data a model", "motion.angular_momentum(biped, biped, bq0, np.zeros(8))",
@@ -692,6 +721,12 @@ HOLDS = [
       archive.np.savez_compressed = real
     assert sorted(os.listdir(folder)) == before, (before, os.listdir(folder))
     assert not os.path.exists(folder + '.tmp.npz')  # what saving to the folder itself left
+    """)),
+  ("ballistic_flight leaves its joints alone", textwrap.dedent("""
+    joints = bqpos.copy()
+    out = fly(joints=joints)
+    assert np.array_equal(joints, bqpos) and np.array_equal(out.qpos[:, 7:], bqpos[:, 7:])
+    assert np.isfinite(out.qpos).all() and out.pitch[0] == 0.0 and out.pitch[-1] == -1.0
     """)),
   ("tracking_cost is zero on its own clip", textwrap.dedent("""
     import jax.numpy as jnp

@@ -175,6 +175,13 @@ REFUSED = [
   ("params draw returns other fields",
    "robots(draw=lambda k, p: sim.params(2, ('dof_damping',))).params('search', 2)",
    r"draw must return Params of the fields \('body_mass',\)"),
+  ("params draw gives a NaN mass", textwrap.dedent("""
+    robots(draw=lambda k, p: p.replace({'body_mass': p['body_mass'].at[1, 0].set(jnp.nan)})
+           ).params('search', 2)
+    """), r"draw gave 'body_mass' a value that is not finite \(robot 1 of the draw\)"),
+  ("params draw divides by zero", textwrap.dedent("""
+    robots(draw=lambda k, p: p.replace({'body_mass': p['body_mass'] / 0.0})).params('search', 1)
+    """), r"draw gave 'body_mass' a value that is not finite \(robot 0 of the draw\)"),
   ("nominal 0 rows", "robots().nominal(0)", r"count must be an int >= 1, got 0"),
   ("key unknown purpose", "robots().key('test')", r"purpose must be one of"),
   ("key iteration string", "robots().key('search', '1')", r"iteration must be an int"),

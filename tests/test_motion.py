@@ -509,3 +509,98 @@ def test_angular_momentum_is_mujocos_subtree_momentum_sensor():
   assert np.allclose(out, data.sensordata[:3], rtol=1e-12, atol=1e-12)
   with pytest.raises(ValueError, match="body must be"):
     motion.angular_momentum(model, scratch, data.qpos, data.qvel, body=model.nbody)
+
+
+# ------------------------------------------------------------------------ a flip's flight
+
+
+def _biped_in_the_air(seconds: float):
+  """The biped thrown up and turning, its legs swung by their servos: every step's qpos, the
+  centre of mass and its velocity at the start, the y momentum at the start and the end."""
+  model = mujoco.MjModel.from_xml_string(BIPED_XML)
+  model.opt.timestep = 0.001
+  data = mujoco.MjData(model)
+  data.qpos[2] = 5.0  # far above the floor: no contact
+  data.qvel[:3], data.qvel[4] = (0.3, 0.0, 2.0), -3.0
+  mujoco.mj_forward(model, data)
+  mujoco.mj_subtreeVel(model, data)  # on demand only: no sensor asks for it
+  com0, vel0 = data.subtree_com[1].copy(), data.subtree_linvel[1].copy()
+  qpos, momenta = [data.qpos.copy()], [motion.angular_momentum(model, None, data.qpos,
+                                                                data.qvel)[1]]
+  for k in range(round(seconds / model.opt.timestep)):
+    data.ctrl[:] = 0.9 * np.sin(12.0 * k * model.opt.timestep)
+    mujoco.mj_step(model, data)
+    qpos.append(data.qpos.copy())
+  momenta.append(motion.angular_momentum(model, None, data.qpos, data.qvel)[1])
+  return model, np.array(qpos), com0, vel0, momenta
+
+
+def test_ballistic_flight_follows_mujocos_flight():
+  """Fed the joints of a MuJoCo flight (legs swinging while the body turns), ballistic_flight
+  gives back MuJoCo's pitch and root position at every step and its angular momentum."""
+  model, qpos, com0, vel0, momenta = _biped_in_the_air(0.5)
+  pitch = 2 * np.arctan2(qpos[:, 5], qpos[:, 3])  # a turn about y only: (cos, 0, sin, 0)
+  assert np.allclose(qpos[:, [4, 6]], 0.0, atol=1e-12) and abs(pitch[-1] - pitch[0]) > 1.0
+  flight = motion.ballistic_flight(model, qpos, model.opt.timestep, pitch0=pitch[0],
+                                   pitch1=pitch[-1], com0=com0, vel0=vel0)
+  assert flight.qpos.shape == qpos.shape and np.array_equal(flight.qpos[:, 7:], qpos[:, 7:])
+  assert flight.pitch[0] == pitch[0] and abs(flight.pitch[-1] - pitch[-1]) < 1e-12
+  assert np.max(np.abs(flight.pitch - pitch)) < 2e-3
+  # MuJoCo's semi-implicit Euler falls 0.5 g h t below the parabola at time t (h its step).
+  euler = 0.5 * 9.81 * model.opt.timestep * 0.5
+  assert np.max(np.abs(flight.qpos[:, :3] - qpos[:, :3])) < euler + 2e-4
+  assert flight.momentum == pytest.approx(momenta[0], rel=2e-3)
+  assert momenta[-1] == pytest.approx(momenta[0], rel=2e-3)  # MuJoCo's flight keeps it too
+
+
+def test_ballistic_flight_with_still_joints_turns_at_a_constant_rate():
+  model = mujoco.MjModel.from_xml_string(BIPED_XML)
+  still = np.tile(model.qpos0, (101, 1))
+  still[:, 7:] = (0.4, -0.2)
+  dt, turn = 0.005, -2 * np.pi
+  flight = motion.ballistic_flight(model, still, dt, pitch0=0.0, pitch1=turn, com0=[0, 0, 1],
+                                   vel0=[0.5, 0, 3])
+  rate = turn / (100 * dt)
+  assert np.allclose(flight.pitch, rate * dt * np.arange(101), atol=1e-12)
+  assert flight.final_rate == pytest.approx(rate, rel=1e-12)
+  inertia = motion.angular_momentum(model, None, flight.qpos[0], np.eye(model.nv)[4])[1]
+  assert flight.momentum == pytest.approx(inertia * rate, rel=1e-12)
+  data = mujoco.MjData(model)
+  s = dt * np.arange(101)
+  for k in (0, 37, 100):  # the centre of mass on the parabola
+    data.qpos[:] = flight.qpos[k]
+    mujoco.mj_kinematics(model, data)
+    mujoco.mj_comPos(model, data)
+    want = np.array([0.5 * s[k], 0, 1 + 3 * s[k] + 0.5 * model.opt.gravity[2] * s[k] ** 2])
+    assert np.allclose(data.subtree_com[1], want, atol=1e-12)
+  assert np.allclose(motion.pitch_quat(flight.pitch[50]), flight.qpos[50, 3:7])
+
+
+def test_ballistic_flight_refusals():
+  model = mujoco.MjModel.from_xml_string(BIPED_XML)
+  joints = np.tile(model.qpos0, (5, 1))
+  good = {"pitch0": 0.0, "pitch1": -6.0, "com0": [0, 0, 1], "vel0": [0, 0, 3]}
+  arm = mujoco.MjModel.from_xml_string(ARM_XML)
+  for bad, call, match in (
+      ("no free root", lambda: motion.ballistic_flight(arm, np.zeros((5, arm.nq)), 0.01, **good),
+       "first joint must be a free joint"),
+      ("one frame", lambda: motion.ballistic_flight(model, joints[:1], 0.01, **good),
+       "at least 2 frames"),
+      ("shape", lambda: motion.ballistic_flight(model, joints[:, :-1], 0.01, **good),
+       "joints must have shape"),
+      ("NaN", lambda: motion.ballistic_flight(model, joints * np.nan, 0.01, **good),
+       "joints must be finite"),
+      ("dt", lambda: motion.ballistic_flight(model, joints, 0.0, **good), "dt must be"),
+      ("pitch", lambda: motion.ballistic_flight(model, joints, 0.01, **{**good, "pitch1": "x"}),
+       "pitch1 must be"),
+      ("com0", lambda: motion.ballistic_flight(model, joints, 0.01, **{**good, "com0": [0, 0]}),
+       "com0 must have shape"),
+      ("model", lambda: motion.ballistic_flight("m", joints, 0.01, **good),  # pyright: ignore
+       "model must be")):
+    with pytest.raises(ValueError, match=match):
+      call()
+    del bad
+  sideways = mujoco.MjModel.from_xml_string(BIPED_XML)
+  sideways.opt.gravity[:] = (1.0, 0, -9.81)
+  with pytest.raises(ValueError, match="gravity must point along -z"):
+    motion.ballistic_flight(sideways, joints, 0.01, **good)

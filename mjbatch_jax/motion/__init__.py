@@ -13,14 +13,18 @@ named by its bodies and joints:
   done = motion.landing(sensordata[:, columns], qpos[:, 2], dt, min_flight=0.1,
                         upright_height=0.6)                   # a jump's flight and landing
   com = motion.quintic(p0, v0, a0, p1, v1, a1, duration, t)   # smooth segments, their rates
+  flight = motion.ballistic_flight(model, tuck, dt, pitch0=0.3, pitch1=0.2 - 2 * np.pi,
+                                   com0=com, vel0=v)          # a flip's turn in the air
 
 Each module holds one idea: ik (IK and its tasks), clip (the clip format), feasibility (inverse
 dynamics of a motion against a robot's limits), sensors (floor-contact sensors on an MjSpec),
 flight (a run's flight and landing from those sensors), trajectory (quintic segments, velocities
-of a pose sequence, angular momentum), tracking (a cost that tracks a clip's bodies).
+of a pose sequence, angular momentum), ballistic (a flip's flight from conservation of momentum),
+tracking (a cost that tracks a clip's bodies).
 See docs/motion.md.
 """
 
+from mjbatch_jax.motion.ballistic import Flight, ballistic_flight, pitch_quat
 from mjbatch_jax.motion.clip import Clip, body_poses, fingerprint, load, make, save
 from mjbatch_jax.motion.feasibility import Feasibility, Sole, feasibility
 from mjbatch_jax.motion.flight import Landing, landing
@@ -44,12 +48,14 @@ __all__ = [
   "CentreOfMass",
   "Clip",
   "Feasibility",
+  "Flight",
   "JointAngles",
   "Landing",
   "Sole",
   "Solution",
   "Task",
   "angular_momentum",
+  "ballistic_flight",
   "body_poses",
   "feasibility",
   "fingerprint",
@@ -57,6 +63,7 @@ __all__ = [
   "landing",
   "load",
   "make",
+  "pitch_quat",
   "pose_errors",
   "quintic",
   "save",
