@@ -25,6 +25,19 @@ def _indent(line: str) -> int:
   return len(line) - len(line.lstrip(" "))
 
 
+def _top_level(line: str) -> bool:
+  return bool(line.strip()) and _indent(line) == 0
+
+
+def _section_after(line: str, section: str | None) -> str | None:
+  """The Google section the docstring is in after line: a top-level line starts one (a title)
+  or ends it (None: prose); indented and blank lines stay in it."""
+  if not _top_level(line):
+    return section
+  title = _SECTION.match(line)
+  return title.group(1) if title else None
+
+
 def _fence(block: list[str], base: int) -> list[str]:
   """block (indented lines, blank ones inside) as a fenced Python block at indent base."""
   while block and not block[-1].strip():
@@ -44,9 +57,7 @@ def split_shared_items(text: str) -> str:
   i = 0
   while i < len(lines):
     line = lines[i]
-    if line.strip() and _indent(line) == 0:
-      title = _SECTION.match(line)
-      section = title.group(1) if title else None
+    section = _section_after(line, section)
     item = _SHARED_ITEM.match(line) if section in _PARAMETERS else None
     if item is None:
       out.append(line)
@@ -70,9 +81,8 @@ def fence_code(text: str) -> str:
   i = 0
   while i < len(lines):
     line = lines[i]
-    if line.strip() and _indent(line) == 0:
-      title = _SECTION.match(line)
-      section = title.group(1) if title else None
+    section = _section_after(line, section)
+    if _top_level(line):
       out.append(line)
       i += 1
       continue

@@ -75,6 +75,16 @@ def g1_robots(sim: Any, seeds: dict[str, int] | None = None) -> ensemble.Ensembl
                            select={"geom_friction": ["floor"]}, set_const=True, seeds=seeds)
 
 
+def g1_ik_posture(model: mujoco.MjModel) -> np.ndarray:
+  """The G1's standing keyframe with the legs bent (hip pitch -0.3, knee 0.6, ankle pitch -0.3
+  rad): its straight knees are singular for an IK, whose posture task pulls away from them."""
+  posture = model.key_qpos[0].copy()
+  for side in ("left", "right"):
+    for joint, angle in (("hip_pitch", -0.3), ("knee", 0.6), ("ankle_pitch", -0.3)):
+      posture[model.joint(f"{side}_{joint}_joint").qposadr[0]] = angle
+  return posture
+
+
 G1_FEET = {"left foot": "left_ankle_roll_link", "right foot": "right_ankle_roll_link"}
 
 

@@ -170,22 +170,14 @@ def pitch_of(xmat: np.ndarray) -> float:
 
 @dataclasses.dataclass
 class Reference:
-  """The clip on the fine grid (every FINE-th row is a frame) and what its physics gave."""
+  """The clip on the fine grid (every FINE-th row is a frame), where the feet are down, and the
+  report's numbers: flight_s, apex_m, momentum (L about the centre of mass, kg m^2/s)."""
 
-  t: np.ndarray
   qpos: np.ndarray
   qvel: np.ndarray
   qacc: np.ndarray
-  contact: np.ndarray  # the feet on the floor
-  takeoff_s: float
-  touchdown_s: float
-  flight_s: float
-  apex_m: float
-  takeoff_velocity: np.ndarray
-  momentum: float  # L about the centre of mass, kg m^2/s
-  ik_error_m: float
-  takeoff_rate: float
-  touchdown_rate: float
+  contact: np.ndarray
+  report: dict
 
 
 class _Builder:
@@ -193,13 +185,8 @@ class _Builder:
 
   def __init__(self, model: mujoco.MjModel):
     self.model, self.dt = model, FRAME_DT / FINE
-    posture = model.key_qpos[0].copy()
-    # The keyframe's straight knees are singular for the IK: the posture it is pulled to bends
-    # them; in the null space, so each frame converges to the same pose from a nearby start.
-    for side in SIDES:
-      for joint, angle in (("hip_pitch", -0.3), ("knee", 0.6), ("ankle_pitch", -0.3)):
-        posture[self.adr(f"{side}_{joint}_joint")] = angle
-    self.ik = motion.IK(model, posture, mode="null_space")
+    # The posture in the null space: each frame converges to the same pose from a nearby start.
+    self.ik = motion.IK(model, common.g1_ik_posture(model), mode="null_space")
     self.foot_ids = [model.body(f).id for f in FEET]
     self.pelvis = model.body("pelvis").id
     d = self.ik.kinematics(model.key_qpos[0])
@@ -408,10 +395,13 @@ def build_reference(model: mujoco.MjModel, cfg: Config, frames: int = CLIP_FRAME
     qvel[lo:hi][keep], qacc[lo:hi][keep] = v[keep], a[keep]
   contact = np.ones(n, bool)
   contact[i_off + 1:i_down] = False
-  return Reference(t_all, qpos, qvel, qacc, contact, t_off, t_down, flight,
-                   float(qpos[i_off:i_down + 1, 2].max()), v_off, float(momentum),
-                   max(err_before, err_push, err_flight, err_after), float(omega_off),
-                   float(omega_down))
+  apex = float(qpos[i_off:i_down + 1, 2].max())
+  log(f"reference: take-off at {t_off:.3f} s at ({v_off[0]:+.2f}, {v_off[2]:.2f}) m/s; flight "
+      f"{flight:.3f} s; apex {apex:.2f} m; L = {momentum:.2f} kg m^2/s (pelvis {omega_off:.1f} "
+      f"rad/s at take-off, {omega_down:.1f} at touchdown); IK within "
+      f"{1e3 * max(err_before, err_push, err_flight, err_after):.2f} mm")
+  return Reference(qpos, qvel, qacc, contact, {"flight_s": flight, "apex_m": apex,
+                                               "momentum": float(momentum)})
 
 
 # ------------------------------------------------------------------ the model, clip and cost
@@ -426,21 +416,16 @@ def prepare(model: mujoco.MjModel, cfg: Config, log=print) -> tuple[dict, dict]:
   tracked bodies' poses; per knot two warm starts: the servo targets that give the reference's
   torques and its joint angles."""
   ref = build_reference(model, cfg, CLIP_FRAMES, log=log)
-  checked = np.ones(len(ref.t), bool)
+  checked = np.ones(len(ref.qpos), bool)
   checked[[0, -1]] = False  # one-sided differences there
   f = motion.feasibility(model, ref.qpos, ref.qvel, ref.qacc, ref.contact, FEET, SOLE,
                          friction=0.6, checked=checked)
   names = [model.actuator(i).name.removesuffix("_joint") for i in range(model.nu)]
   worst = np.argsort(-f.torque_ratio)[:6]
-  v = ref.takeoff_velocity
-  log(f"reference: take-off at {ref.takeoff_s:.3f} s at ({v[0]:+.2f}, {v[2]:.2f}) m/s; flight "
-      f"{ref.flight_s:.3f} s; apex {ref.apex_m:.2f} m; L = {ref.momentum:.2f} kg m^2/s (pelvis "
-      f"{ref.takeoff_rate:.1f} rad/s at take-off, {ref.touchdown_rate:.1f} at touchdown); IK "
-      f"within {1e3 * ref.ik_error_m:.2f} mm")
   log("feasibility: peak torque / limit " + ", ".join(f"{names[i]} {f.torque_ratio[i]:.2f}"
                                                       for i in worst)
       + ("; within the G1's limits" if f.ok else "; NOT within the G1's limits"))
-  report = {"flight_s": ref.flight_s, "apex_m": ref.apex_m, "momentum": ref.momentum,
+  report = {**ref.report,
             "torque_ratio": dict(zip(names, f.torque_ratio.tolist(), strict=True)),
             "floor": {k: w for k, w in f.worst.items() if k != "torque"}, "feasible": f.ok}
   frames, rows = cfg.frames, slice(0, FINE * cfg.frames, FINE)

@@ -70,15 +70,11 @@ def _tasks(targets: dict) -> list[motion.Task]:
 def reference(model: mujoco.MjModel, frames: int) -> dict[str, np.ndarray]:
   """The clip's first frames: IK qpos (F, nq), tracked body poses (F, 12, 3) and (F, 12, 4)."""
   data = mujoco.MjData(model)
-  posture = model.key_qpos[0].copy()
-  data.qpos[:] = posture
+  data.qpos[:] = model.key_qpos[0]
   mujoco.mj_forward(model, data)
   feet = {f: (data.body(f).xpos.copy(), data.body(f).xquat.copy()) for f in FEET}
   com_xy = np.mean([data.contact[i].pos[:2] for i in range(data.ncon)], axis=0)
-  # The keyframe's straight legs are singular for the knee: the posture bends them.
-  for side in ("left", "right"):
-    for joint, angle in (("hip_pitch", -0.3), ("knee", 0.6), ("ankle_pitch", -0.3)):
-      posture[model.joint(f"{side}_{joint}_joint").qposadr[0]] = angle
+  posture = common.g1_ik_posture(model)
 
   def targets(key, hands):
     _, z, pitch, yaw, torso_pitch, torso_yaw, *held = key

@@ -19,6 +19,26 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 
+# What the control tables' preludes start with: the point mass of tests/models.py in a one-thread
+# Simulator, a start state off the origin, and a cost on its position and control.
+POINT_MASS = r'''
+import math
+import numpy as np, jax, jax.numpy as jnp, mujoco
+jax.config.update("jax_enable_x64", True)
+import mjbatch_jax
+from mjbatch_jax import control
+
+from tests.models import POINT_XML as XML
+m = mujoco.MjModel.from_xml_string(XML)
+sim = mjbatch_jax.Simulator(m, num_threads=1)
+lay = sim.layout
+start = sim.init_state(1)[0].at[lay.qpos].set(jnp.array([0.5, -0.3]))
+
+def cost(*terms):
+  return control.Cost(lambda x, u, obs, t: jnp.concatenate([x[lay.qpos], u]),
+                      terms or (control.Term(2, 1.0), control.Term(2, 0.1)))
+'''
+
 CHILD = r'''
 import json, sys, traceback
 cases = json.loads(sys.stdin.read())

@@ -9,26 +9,11 @@ Most cases are refused before anything compiles; the few that plan or step compi
 
 import textwrap
 
-from tests.fuzzing import table_tests
+from tests.fuzzing import POINT_MASS, table_tests
 
-PRELUDE = r'''
-import math
-import numpy as np, jax, jax.numpy as jnp, mujoco
-jax.config.update("jax_enable_x64", True)
-import mjbatch_jax
-from mjbatch_jax import control
-
-from tests.models import POINT_XML as XML
-m = mujoco.MjModel.from_xml_string(XML)
-sim = mjbatch_jax.Simulator(m, num_threads=1)
-lay = sim.layout
-start = sim.init_state(1)[0].at[lay.qpos].set(jnp.array([0.5, -0.3]))
+PRELUDE = POINT_MASS + r'''
 key = jax.random.PRNGKey(0)
 H = 4
-
-def cost(*terms):
-  return control.Cost(lambda x, u, obs, t: jnp.concatenate([x[lay.qpos], u]),
-                      terms or (control.Term(2, 1.0), control.Term(2, 0.1)))
 
 def settings(method="predictive", **kw):
   small = {"num_samples": 4, "num_knots": 2, **({"num_elites": 2} if method == "cem" else {})}

@@ -13,21 +13,12 @@ search, replay or plan compile one small program.
 
 import textwrap
 
-from tests.fuzzing import table_tests
+from tests.fuzzing import POINT_MASS, table_tests
 
-PRELUDE = r'''
-import math, functools, threading
-import numpy as np, jax, jax.numpy as jnp, mujoco
-jax.config.update("jax_enable_x64", True)
-import mjbatch_jax
-from mjbatch_jax import control
+PRELUDE = POINT_MASS + r'''
+import functools, threading
 from mjbatch_jax.ensemble import Ensemble, EnsembleResult, evaluate, per_robot
 
-from tests.models import POINT_XML as XML
-m = mujoco.MjModel.from_xml_string(XML)
-sim = mjbatch_jax.Simulator(m, num_threads=1)
-lay = sim.layout
-start = sim.init_state(1)[0].at[lay.qpos].set(jnp.array([0.5, -0.3]))
 NSTATE = start.shape[0]
 key = jax.random.key(0)
 H = 3
@@ -47,10 +38,6 @@ def quadratic(z, iteration):
 def search(objective=quadratic, mean=None, std=1.0, **kw):
   options = {"key": key, "iterations": 2, "num_samples": 4} | kw
   return control.cem_search(objective, jnp.zeros(2) if mean is None else mean, std, **options)
-
-def cost(*terms):
-  return control.Cost(lambda x, u, obs, t: jnp.concatenate([x[lay.qpos], u]),
-                      terms or (control.Term(2, 1.0), control.Term(2, 0.1)))
 
 def planner():
   return control.sampling(cost(), p1, horizon=2, settings=control.PredictiveSettings(
