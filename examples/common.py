@@ -91,7 +91,8 @@ G1_FEET = {"left foot": "left_ankle_roll_link", "right foot": "right_ankle_roll_
 def g1_scene(path: "str | Path | None", bodies: Sequence[str] = ()) -> mujoco.MjModel:
   """The G1's scene (path, or the shared models') with floor-contact sensors on G1_FEET and the
   whole robot (motion.floor_contact_sensors; g1_floor_columns). SystemExit saying what is wrong
-  when the model lacks the feet, bodies, a floor, a free root or one position servo per hinge."""
+  when the model lacks the feet, bodies, a floor, a free root, one position servo per hinge or
+  gravity along -z."""
   path = robot_scene(path, "unitree_g1")
   spec = mujoco.MjSpec.from_file(str(path))
   missing = sorted(set(bodies).union(G1_FEET.values()) - {b.name for b in spec.bodies})
@@ -108,6 +109,8 @@ def g1_scene(path: "str | Path | None", bodies: Sequence[str] = ()) -> mujoco.Mj
   free = model.jnt_type == mujoco.mjtJoint.mjJNT_FREE
   if not free[0] or free[1:].any() or model.nu != model.nv - 6 or not servo.all():
     raise SystemExit(f"{path}: expected a free root and one position servo per hinge (the G1)")
+  if np.any(model.opt.gravity[:2] != 0) or model.opt.gravity[2] >= 0:
+    raise SystemExit(f"{path}: expected gravity along -z, got {model.opt.gravity.tolist()}")
   return model
 
 

@@ -181,7 +181,7 @@ class Reference:
 
 
 class _Builder:
-  """The reference's pieces on the fine grid: IK poses, momentum, inertia, derivatives."""
+  """The reference's pieces on the fine grid: IK poses, the centre of mass, the feet's poses."""
 
   def __init__(self, model: mujoco.MjModel):
     self.model, self.dt = model, FRAME_DT / FINE
@@ -408,6 +408,7 @@ def build_reference(model: mujoco.MjModel, cfg: Config, frames: int = CLIP_FRAME
 
 
 def load_model(path: Path | None) -> mujoco.MjModel:
+  """The G1 with its floor-contact sensors, checked for the tracked bodies (common.g1_scene)."""
   return common.g1_scene(path, TRACKED)
 
 

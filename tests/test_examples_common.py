@@ -107,6 +107,10 @@ def test_g1_scene_adds_the_floor_sensors_and_refuses_other_robots(tmp_path):
                                            'type="plane" size="1 1 .1"/>'))
   with pytest.raises(SystemExit, match="one position servo per hinge"):
     common.g1_scene(ball)
+  ball.write_text(ball.read_text().replace("<joint/>", "").replace(
+    "<mujoco>", '<mujoco><option gravity="0 0 9.81"/>'))
+  with pytest.raises(SystemExit, match=r"expected gravity along -z, got \[0.0, 0.0, 9.81\]"):
+    common.g1_scene(ball)
 
 
 def test_standard_flags_and_defaults(tmp_path):
