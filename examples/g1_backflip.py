@@ -1,6 +1,6 @@
 """A backflip on the Unitree G1: a reference built from physics, tracked whole-body, landed.
 
-  python g1_backflip.py                     # solve (about 25 min on 2 cores), save, evaluate
+  python g1_backflip.py                     # solve (15-25 min on 2 cores), save, evaluate
   python g1_backflip.py --play              # replay on the nominal robot and 2 others (~3 min)
   python g1_backflip.py --play --robust 32  # the full evaluation (about 25 min)
   python g1_backflip.py --reference         # build the reference, check its feasibility, stop
@@ -900,11 +900,13 @@ def solve(args: argparse.Namespace, cfg: Config) -> dict:
         guess, log=print)
       settings = control.ILQRSettings(mu_init=10.0, mu_min=1e-3, mu_max=1e8, tolerance=1e-4,
                                       final_gains=False)
-      # One bar for the whole solve: ilqr's loop is compiled, with no host callback per step.
-      with common.progress(1, f"iLQR (at most {cfg.iterations} iterations)") as bar:
+      # The bar counts ilqr's verbose line per iteration (it may stop before the most).
+      with common.progress(cfg.iterations, "iLQR") as bar, bar.follow(
+          r"iLQR iteration (?P<n>\d+): (?P<cost>cost \S+)"):
         result = control.ilqr(cost, sim.params(1), start, guess, nstep=nstep,
-                              iterations=cfg.iterations, settings=settings, accept=guard.accept)
-        bar.update()
+                              iterations=cfg.iterations, settings=settings, accept=guard.accept,
+                              verbose=True)
+        jax.block_until_ready(result)
       history = np.asarray(result.costs)
       costs = [float(history[0])]
       for value in history[1:]:  # NaN: the solve had stopped; no lower: no step found
