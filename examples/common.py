@@ -320,9 +320,9 @@ def load_result(path: Path, kind: str, version: str | None = None,
   if missing:
     raise SystemExit(f"{path} lacks {missing}: it was saved by an older {kind}; solve again")
   meta = header.get("meta", {})
-  if config is not None and meta.get("config_fingerprint") != config_meta(config)[
-      "config_fingerprint"]:
-    theirs, ours = meta.get("config", {}), config_meta(config)["config"]
+  want = config_meta(config) if config is not None else None
+  if want is not None and meta.get("config_fingerprint") != want["config_fingerprint"]:
+    theirs, ours = meta.get("config", {}), want["config"]
     differ = sorted(k for k in ours.keys() | theirs.keys() if theirs.get(k) != ours.get(k))
     shown = ", ".join(f"{k} (saved {theirs.get(k)!r}, here {ours.get(k)!r})" for k in differ)
     raise SystemExit(f"{path} was solved with another config: {shown or 'its record differs'}; "

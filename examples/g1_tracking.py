@@ -44,7 +44,7 @@ KEYFRAMES = (
   (2.8, 0.72, 0.0, 0.35, 0.05, 0.80, (0.28, 0.20, 0.95), (0.28, -0.20, 0.95)),  # turn
   (3.6, *_STAND),
 )
-FEET = ("left_ankle_roll_link", "right_ankle_roll_link")
+FEET = tuple(common.G1_FEET.values())
 HANDS = ("left_wrist_yaw_link", "right_wrist_yaw_link")
 
 

@@ -208,8 +208,9 @@ def _check_drawn(drawn: Any, template: Params) -> None:
                        f"{tuple(jnp.shape(got))} and dtype {jnp.result_type(got)}")
     # Values are checked where they are known (a draw under jit gives tracers): a NaN mass
     # would run, and every robot that has it would fail for a reason no metric names.
-    if not isinstance(got, Tracer) and not np.all(np.isfinite(np.asarray(got))):
-      robot = int(np.argwhere(~np.isfinite(np.asarray(got)))[0][0])
+    finite = None if isinstance(got, Tracer) else np.isfinite(np.asarray(got))
+    if finite is not None and not finite.all():
+      robot = int(np.argwhere(~finite)[0][0])
       raise ValueError(f"draw gave {name!r} a value that is not finite (robot {robot} of the "
                        f"draw): a robot's parameters must be finite numbers")
 

@@ -89,15 +89,13 @@ def ballistic_flight(model: mujoco.MjModel, joints: Any, dt: float, *, pitch0: f
   q_rel = joints.copy()
   q_rel[:, :7] = (0, 0, 0, 1, 0, 0, 0)
   data = mujoco.MjData(model)
-  com_rel = []
-  for q in q_rel:
-    data.qpos[:] = q
-    mujoco.mj_kinematics(model, data)
-    mujoco.mj_comPos(model, data)
-    com_rel.append(data.subtree_com[1].copy())
-  rates = np.gradient(q_rel[:, 7:], dt, axis=0)
   pitch_rate = np.eye(model.nv)[4]  # the root's angular velocity about y
-  inertia = np.array([angular_momentum(model, data, q, pitch_rate)[1] for q in q_rel])
+  inertia, com_rel = [], []
+  for q in q_rel:  # angular_momentum leaves data's kinematics at q: the centre of mass too
+    inertia.append(angular_momentum(model, data, q, pitch_rate)[1])
+    com_rel.append(data.subtree_com[1].copy())
+  inertia = np.array(inertia)
+  rates = np.gradient(q_rel[:, 7:], dt, axis=0)
   own = np.array([angular_momentum(model, data, q, np.r_[np.zeros(6), rate])[1]
                   for q, rate in zip(q_rel, rates, strict=True)])
 
