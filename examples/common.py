@@ -24,7 +24,7 @@ import re
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any, TextIO, cast
 
@@ -118,6 +118,20 @@ def g1_floor_columns(model: mujoco.MjModel) -> np.ndarray:
   """The sensordata columns of g1_scene's floor contacts: left foot, right foot, the robot."""
   return np.array([model.sensor(f"{FLOOR_CONTACT} {label}").adr[0]
                    for label in (*G1_FEET, "robot")])
+
+
+def g1_synergies(model: mujoco.MjModel, joints: Sequence[str]) -> np.ndarray:
+  """(len(joints), nu) 0 or 1: each synergy's position servos, both sides alike ("knee": the
+  left and right knees; a waist joint: itself). SystemExit naming the servos the model lacks."""
+  index = {model.actuator(i).name: i for i in range(model.nu)}
+  out = np.zeros((len(joints), model.nu))
+  for row, joint in zip(out, joints, strict=True):
+    names = [f"{joint}_joint"] if joint.startswith("waist") else [
+      f"{side}_{joint}_joint" for side in ("left", "right")]
+    if missing := [n for n in names if n not in index]:
+      raise SystemExit(f"the model has no actuators {missing}: the task names the G1's servos")
+    row[[index[n] for n in names]] = 1.0
+  return out
 
 
 def g1_labels(bodies: Sequence[str]) -> tuple[str, ...]:
@@ -233,6 +247,21 @@ def example_parser(name: str, description: str | None, threads: int = 0,
   if mpc_steps is not None:
     add_mpc_args(parser, mpc_steps)
   return parser
+
+
+def config_flags(parser: argparse.ArgumentParser, config: Any,
+                 flags: dict[str, tuple[int, int, str]]) -> None:
+  """An integer flag per named field of a frozen config dataclass: {field: (lo, hi, what)} gives
+  --field-name in [lo, hi], defaulting to config's value; config_from reads them back."""
+  for field, (lo, hi, what) in flags.items():
+    default = getattr(config, field)
+    parser.add_argument(f"--{field.replace('_', '-')}", dest=field, type=int_in(lo, hi, what),
+                        default=default, help=f"{what} (default {default})")
+
+
+def config_from(args: argparse.Namespace, config: Any, flags: Iterable[str]) -> Any:
+  """config with the fields config_flags added as flags set from args."""
+  return dataclasses.replace(config, **{field: getattr(args, field) for field in flags})
 
 
 def parse(parser: argparse.ArgumentParser, argv: Sequence[str] | None = None) -> argparse.Namespace:
@@ -679,6 +708,18 @@ def progress(total: int | None, desc: str, args: argparse.Namespace | None = Non
   quiet = bool(kwargs.pop("quiet", False))
   quiet |= _QUIET if args is None else bool(getattr(args, "quiet", False))
   return Progress(total, desc, quiet=quiet, **kwargs)
+
+
+def ilqr_with_progress(*args: Any, iterations: int, cli: argparse.Namespace | None = None,
+                       **kwargs: Any) -> Any:
+  """control.ilqr(*args, iterations=, **kwargs), computed, under a progress bar that counts its
+  verbose line per iteration (it may stop before the most); cli: the parsed flags (--quiet)."""
+  from mjbatch_jax import control
+
+  with progress(iterations, "iLQR", cli) as bar, bar.follow(
+      r"iLQR iteration (?P<n>\d+): (?P<cost>cost \S+)"):
+    return jax.block_until_ready(control.ilqr(*args, iterations=iterations, verbose=True,
+                                              **kwargs))
 
 
 # -- receding horizon and replays ---------------------------------------------------------------

@@ -17,6 +17,7 @@ is JSON; `complete`: the closed loop turns at least 2 pi - 0.3 rad in flight.
 """
 
 import argparse
+import collections
 import dataclasses
 import functools
 import os
@@ -162,22 +163,9 @@ class Config:
     return self.stand_s + self.crouch_s
 
 
-def pitch_of(xmat: np.ndarray) -> float:
-  """The pitch of a frame about y, from where its x axis points in the x-z plane."""
-  m = np.asarray(xmat).reshape(3, 3)
-  return float(np.arctan2(-m[2, 0], m[0, 0]))
-
-
-@dataclasses.dataclass
-class Reference:
-  """The clip on the fine grid (every FINE-th row is a frame), where the feet are down, and the
-  report's numbers: flight_s, apex_m, momentum (L about the centre of mass, kg m^2/s)."""
-
-  qpos: np.ndarray
-  qvel: np.ndarray
-  qacc: np.ndarray
-  contact: np.ndarray
-  report: dict
+# The clip on the fine grid (every FINE-th row is a frame), where the feet are down, and the
+# report's numbers: flight_s, apex_m, momentum (L about the centre of mass, kg m^2/s).
+Reference = collections.namedtuple("Reference", "qpos qvel qacc contact report")
 
 
 class _Builder:
@@ -191,9 +179,6 @@ class _Builder:
     self.pelvis = model.body("pelvis").id
     d = self.ik.kinematics(model.key_qpos[0])
     self.feet = [(d.xpos[b].copy(), np.array([1.0, 0, 0, 0])) for b in self.foot_ids]
-
-  def adr(self, joint: str) -> int:
-    return int(self.model.joint(joint).qposadr[0])
 
   def upper(self, shoulder_pitch: float, elbow: float, waist_pitch: float) -> dict:
     """Joint targets of the upper body: both arms alike, the waist's yaw and roll straight."""
@@ -217,9 +202,6 @@ class _Builder:
     solution = self.ik.solve(qpos, tasks, iterations, free_root)
     return solution.qpos, solution.error
 
-  def com_of(self, qpos: np.ndarray) -> np.ndarray:
-    return self.ik.kinematics(qpos).subtree_com[1].copy()
-
   def stance(self, t: np.ndarray, qpos: np.ndarray, targets_at) -> tuple[np.ndarray, float]:
     """IK at each time of a ground phase, warm-started from the previous frame."""
     out, worst = [], 0.0
@@ -233,8 +215,11 @@ class _Builder:
     """(2, 4): each foot's x, y, z and pitch in the pelvis frame."""
     d = self.ik.kinematics(qpos)
     rot = d.xmat[self.pelvis].reshape(3, 3)
-    return np.array([[*(rot.T @ (d.xpos[b] - d.xpos[self.pelvis])),
-                      pitch_of(rot.T @ d.xmat[b].reshape(3, 3))] for b in self.foot_ids])
+    out = []
+    for b in self.foot_ids:
+      m = rot.T @ d.xmat[b].reshape(3, 3)  # the foot's pitch: where its x axis points in x-z
+      out.append([*(rot.T @ (d.xpos[b] - d.xpos[self.pelvis])), np.arctan2(-m[2, 0], m[0, 0])])
+    return np.array(out)
 
 
 def build_reference(model: mujoco.MjModel, cfg: Config, frames: int = CLIP_FRAMES,
@@ -281,7 +266,7 @@ def build_reference(model: mujoco.MjModel, cfg: Config, frames: int = CLIP_FRAME
   for side in SIDES:
     for joint, angle in (("hip_pitch", cfg.tuck_hip_pitch), ("knee", cfg.tuck_knee),
                          ("ankle_pitch", cfg.tuck_ankle)):
-      q_tuck[b.adr(f"{side}_{joint}_joint")] = angle
+      q_tuck[model.joint(f"{side}_{joint}_joint").qposadr[0]] = angle
   rel_tuck = b.relative_feet(q_tuck)
   # Flight time: the parabola from the take-off height to the landing pose's, on the grid (the
   # vertical take-off velocity adjusted by less than a grid step's worth).
@@ -354,7 +339,7 @@ def build_reference(model: mujoco.MjModel, cfg: Config, frames: int = CLIP_FRAME
   t_down = i_down * dt
   d = b.ik.kinematics(q_flight[-1])
   feet_down = [(d.xpos[f].copy(), np.array([1.0, 0, 0, 0])) for f in b.foot_ids]
-  c_down = b.com_of(q_flight[-1])
+  c_down = d.subtree_com[1].copy()
   v_down = v_off + np.array([0, 0, -g * flight])
   ankle_down = feet_down[0][0][0]
   stop_s = 2 * (c_down[2] - cfg.absorb_com) / -v_down[2]
@@ -407,9 +392,8 @@ def build_reference(model: mujoco.MjModel, cfg: Config, frames: int = CLIP_FRAME
 # ------------------------------------------------------------------ the model, clip and cost
 
 
-def load_model(path: Path | None) -> mujoco.MjModel:
-  """The G1 with its floor-contact sensors, checked for the tracked bodies (common.g1_scene)."""
-  return common.g1_scene(path, TRACKED)
+# The G1 with its floor-contact sensors, checked for the tracked bodies.
+load_model = functools.partial(common.g1_scene, bodies=TRACKED)
 
 
 def prepare(model: mujoco.MjModel, cfg: Config, log=print) -> tuple[dict, dict]:
@@ -465,16 +449,13 @@ def floor_columns(sim: mjbatch_jax.Simulator) -> np.ndarray:
 
 
 def pelvis_pitch(sim: mjbatch_jax.Simulator, states) -> jax.Array:
-  quat = sim.layout.qpos.start + 3
-  w, x, y, z = (states[..., quat + i] for i in range(4))
-  return jnp.arctan2(-2 * (x * z - w * y), 1 - 2 * (y * y + z * z))
+  return motion.quat_pitch(states[..., sim.layout.qpos][..., 3:7])
 
 
 def flip_metrics(cfg: Config, qpos: np.ndarray, floor: np.ndarray, dt: float) -> dict:
   """One replay's numbers from its physics steps' qpos (S, nq) and floor contacts (S, 3: left
   foot, right foot, the robot): motion.landing's, and the pelvis's turn in flight."""
-  rot = np.array([np.ravel(_quat_mat(q[3:7])) for q in qpos])
-  pitch = np.unwrap(np.arctan2(-rot[:, 6], rot[:, 0]))
+  pitch = np.unwrap(np.asarray(motion.quat_pitch(qpos[:, 3:7])))
   done = motion.landing(floor, qpos[:, 2], dt, min_flight=cfg.min_flight,
                         upright_height=cfg.pelvis_upright)
   off, last = done.takeoff, min(done.touchdown, len(pitch) - 1)
@@ -482,12 +463,6 @@ def flip_metrics(cfg: Config, qpos: np.ndarray, floor: np.ndarray, dt: float) ->
           "flight_s": done.flight_s, "apex_m": float(qpos[:, 2].max()), "landed": done.landed,
           "upright_s": done.upright_s, "takeoff_s": done.takeoff_s,
           "touchdown_s": done.touchdown_s}
-
-
-def _quat_mat(quat) -> np.ndarray:
-  out = np.zeros(9)
-  mujoco.mju_quat2Mat(out, quat)
-  return out
 
 
 def stands(cfg: Config, metrics: dict) -> bool:
@@ -504,16 +479,6 @@ def replay_metrics(sim, cfg: Config, states, sensors) -> list[dict]:
 # -------------------------------------------------------------------------- the warm start
 
 
-def synergy_matrix(model: mujoco.MjModel) -> np.ndarray:
-  """(len(SYNERGIES), nu): each synergy's servo targets (both sides alike)."""
-  rows = np.zeros((len(SYNERGIES), model.nu))
-  for k, joint in enumerate(SYNERGIES):
-    for i in range(model.nu):
-      name = model.actuator(i).name
-      rows[k, i] = name.endswith(f"{joint}_joint") and (name.startswith(SIDES) or "waist" in name)
-  return rows
-
-
 def phase_masks(cfg: Config, z, frames: int) -> np.ndarray:
   """(phases, frames): the knots each of the program's phases holds."""
   z = np.asarray(z).reshape(-1, len(SYNERGIES) + 1)
@@ -526,8 +491,8 @@ def phase_masks(cfg: Config, z, frames: int) -> np.ndarray:
 def program(model: mujoco.MjModel, cfg: Config, servo: np.ndarray):
   """z (phases * 7,) -> the plan (F, nu): servo up to the push, each phase's synergy targets
   held for its duration, then a ramp to servo's last (standing) targets."""
-  synergy = jnp.asarray(synergy_matrix(model))
-  chosen = jnp.asarray(synergy_matrix(model).sum(axis=0) > 0)
+  synergy = jnp.asarray(common.g1_synergies(model, SYNERGIES))
+  chosen = synergy.sum(axis=0) > 0
   base = jnp.asarray(servo)
   lo, hi = (jnp.asarray(b) for b in model.actuator_ctrlrange.T)
   t = FRAME_DT * jnp.arange(len(base))
@@ -657,8 +622,8 @@ def landing_push(sim, cfg: Config, start, ctrl: np.ndarray, z, nstep: int, decid
   on push_check robots is flown (the best of noisy scores is the luckiest draw)."""
   model = sim.model
   pushes = phase_masks(cfg, z, decide)[:-3]  # before the tuck, open and settle
-  synergy = jnp.asarray(synergy_matrix(model))
-  chosen = jnp.asarray(synergy_matrix(model).sum(axis=0) > 0)
+  synergy = jnp.asarray(common.g1_synergies(model, SYNERGIES))
+  chosen = synergy.sum(axis=0) > 0
   lo, hi = (jnp.asarray(b) for b in model.actuator_ctrlrange.T)
   base = jnp.asarray(ctrl[:decide])
   span = min(cfg.span, len(ctrl) - decide)
@@ -898,21 +863,12 @@ def solve(args: argparse.Namespace, cfg: Config) -> dict:
         lambda u: control.open_loop(ensemble.params("guard", cfg.guard_robots), start, u, nstep),
         lambda row: stands(cfg, replay_metrics(sim, cfg, row[0][None], row[1][None])[0]),
         guess, log=print)
-      settings = control.ILQRSettings(mu_init=10.0, mu_min=1e-3, mu_max=1e8, tolerance=1e-4,
-                                      final_gains=False)
-      # The bar counts ilqr's verbose line per iteration (it may stop before the most).
-      with common.progress(cfg.iterations, "iLQR") as bar, bar.follow(
-          r"iLQR iteration (?P<n>\d+): (?P<cost>cost \S+)"):
-        result = control.ilqr(cost, sim.params(1), start, guess, nstep=nstep,
-                              iterations=cfg.iterations, settings=settings, accept=guard.accept,
-                              verbose=True)
-        jax.block_until_ready(result)
-      history = np.asarray(result.costs)
-      costs = [float(history[0])]
-      for value in history[1:]:  # NaN: the solve had stopped; no lower: no step found
-        if np.isnan(value) or value >= costs[-1]:
-          break
-        costs.append(float(value))
+      result = common.ilqr_with_progress(
+        cost, sim.params(1), start, guess, nstep=nstep, iterations=cfg.iterations,
+        settings=control.ILQRSettings(mu_init=10.0, mu_min=1e-3, mu_max=1e8, tolerance=1e-4,
+                                      final_gains=False), accept=guard.accept, cli=args)
+      history = np.asarray(result.costs)  # up to the first NaN (stopped) or no lower (no step)
+      costs = history[:1 + np.argmin(np.r_[np.diff(history) < 0, False])].tolist()
       print(f"iLQR: cost {costs[0]:.1f} -> {costs[-1]:.1f} in {len(costs) - 1} iterations; the "
             f"guard refused {len(guard.refusals)} of {guard.asked} steps")
       plan = plan_landing(sim, cfg, start, np.asarray(result.ctrls), z, nstep, ensemble,
@@ -961,33 +917,28 @@ def plots(model: mujoco.MjModel, cfg: Config, result: dict, path: Path) -> None:
   """The closed loop on the nominal robot: the pelvis's height and pitch, what is on the floor."""
   states, floor = result["closed_loop_states"], result["closed_loop_floor"]
   qpos = states[:, 1:1 + model.nq]
-  rot = np.array([_quat_mat(q[3:7]) for q in qpos])
   common.plot_series(path, model.opt.timestep * np.arange(1, len(states) + 1), {
     "pelvis height (m)": {"pelvis": qpos[:, 2],
                           "upright threshold": np.full(len(qpos), cfg.pelvis_upright)},
-    "pelvis pitch (rad)": {"pitch": np.unwrap(np.arctan2(-rot[:, 6], rot[:, 0]))},
+    "pelvis pitch (rad)": {"pitch": np.unwrap(np.asarray(motion.quat_pitch(qpos[:, 3:7])))},
     "floor contacts": {"left foot": floor[:, 0], "right foot": floor[:, 1],
                        "other bodies": floor[:, 2] - floor[:, 0] - floor[:, 1]}},
     title="G1 backflip, closed loop on the nominal robot")
+
+
+FLAGS = {"frames": (2, CLIP_FRAMES, "knots tracked (the clip's first N frames)"),
+         "samples": (0, 4096, "candidates per iteration of the warm start's search"),
+         "search_iterations": (0, 1000, "iterations of the warm start's search (0: the program "
+                               "as it is)"),
+         "iterations": (0, 1000, "most iLQR iterations"),
+         "push_iterations": (0, 1000, "iterations of the push's search for the landing")}
 
 
 def parse_args(argv: list[str] | None = None) -> tuple[argparse.Namespace, Config]:
   parser = common.example_parser(KIND, "A backflip on the Unitree G1.")
   parser.add_argument("--model", type=Path, default=None,
                       help="the G1's scene.xml (default: ../shared/models/unitree_g1)")
-  default = Config()
-  for flag, field, hi, what in (
-      ("--frames", "frames", CLIP_FRAMES, "knots tracked (the clip's first N frames)"),
-      ("--samples", "samples", 4096, "candidates per iteration of the warm start's search"),
-      ("--search-iterations", "search_iterations", 1000, "iterations of the warm start's search "
-       "(0: the program as it is)"),
-      ("--iterations", "iterations", 1000, "most iLQR iterations"),
-      ("--push-iterations", "push_iterations", 1000, "iterations of the push's search for the "
-       "landing")):
-    parser.add_argument(flag, dest=field, type=common.int_in(2 if field == "frames" else 0, hi,
-                                                             what),
-                        default=getattr(default, field), help=f"{what} (default "
-                        f"{getattr(default, field)})")
+  common.config_flags(parser, Config(), FLAGS)
   parser.add_argument("--robust", type=common.int_in(0, 4096, "0: the nominal robot only"),
                       default=2, help="evaluation robots beside the nominal one (default 2: about "
                       "3 minutes; 32: the full evaluation); --seed picks them")
@@ -996,8 +947,7 @@ def parse_args(argv: list[str] | None = None) -> tuple[argparse.Namespace, Confi
   args = common.parse(parser, argv)
   if args.samples == 1:
     parser.error("argument --samples: 0 (no search) or at least 2 candidates")
-  fields = ("frames", "samples", "search_iterations", "iterations", "push_iterations")
-  return args, dataclasses.replace(default, **{k: getattr(args, k) for k in fields})
+  return args, common.config_from(args, Config(), FLAGS)
 
 
 def main(argv: list[str] | None = None) -> dict:

@@ -65,14 +65,10 @@ class JumpConfig:
 def load_model(path) -> tuple[mujoco.MjModel, list[np.ndarray], np.ndarray]:
   """The G1 scene with floor-contact sensors, each synergy's actuator ids, the sensors' slots."""
   model = common.g1_scene(path)
-  names = {model.actuator(i).name: i for i in range(model.nu)}
-  columns = [[f"{s}_joint"] if s.startswith("waist") else [f"left_{s}_joint", f"right_{s}_joint"]
-             for s in SYNERGIES]
-  if not set(sum(columns, [])) <= set(names) or model.nkey == 0:
-    raise SystemExit(f"expected actuators {columns} and a standing keyframe, as the Unitree G1 "
-                     "has")
-  return (model, [np.array([names[n] for n in c]) for c in columns],
-          common.g1_floor_columns(model))
+  columns = [np.flatnonzero(row) for row in common.g1_synergies(model, SYNERGIES)]
+  if model.nkey == 0:
+    raise SystemExit("expected a standing keyframe, as the Unitree G1 has")
+  return model, columns, common.g1_floor_columns(model)
 
 
 def program_ctrls(model: mujoco.MjModel, columns: list[np.ndarray], z: jax.Array) -> jax.Array:

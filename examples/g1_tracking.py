@@ -154,15 +154,12 @@ def solve(args) -> dict:
   results = {"hold first pose": metrics(sim, ref, start, hold, nstep)[0],
              "initial guess": metrics(sim, ref, start, guess, nstep)[0]}
   watch = common.Stopwatch()
-  # The bar counts iLQR's own line per iteration (verbose; it may stop before the most).
-  with watch(), common.progress(args.iterations, "iLQR", args) as bar, bar.follow(
-      r"iLQR iteration (?P<n>\d+): (?P<cost>cost \S+)"):
+  with watch():
     # State t against frame min(t, F - 1); control t against the angles of frame t + 1.
     cost = motion.tracking_cost(sim, ref["xpos"], ref["xquat"], ref["qpos"], TRACKED,
                                 **common.G1_TRACKING)
-    plan = control.ilqr(cost, sim.params(1), start, guess, nstep=nstep,
-                        iterations=args.iterations, settings=SETTINGS, verbose=True)
-    jax.block_until_ready(plan)
+    plan = common.ilqr_with_progress(cost, sim.params(1), start, guess, nstep=nstep,
+                                     iterations=args.iterations, settings=SETTINGS, cli=args)
   results["iLQR plan"], replay = metrics(sim, ref, start, plan.ctrls, nstep)
   gap = float(np.max(np.abs(replay - np.asarray(plan.states))))
   print_table(results)

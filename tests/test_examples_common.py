@@ -1,6 +1,7 @@
 """examples/common.py: the flags, result files and helpers every example uses."""
 
 import argparse
+import dataclasses
 import io
 import re
 import select
@@ -113,6 +114,38 @@ def test_g1_scene_adds_the_floor_sensors_and_refuses_other_robots(tmp_path):
     common.g1_scene(ball)
 
 
+def test_g1_synergies_name_both_sides_and_refuse_a_missing_servo():
+  from tests.models import G1, MODELS_MISSING
+
+  if not G1.exists():
+    pytest.skip(MODELS_MISSING)
+  model = common.g1_scene(None)
+  rows = common.g1_synergies(model, ("knee", "waist_pitch", "elbow"))
+  names = [[model.actuator(i).name for i in np.flatnonzero(row)] for row in rows]
+  assert names == [["left_knee_joint", "right_knee_joint"], ["waist_pitch_joint"],
+                   ["left_elbow_joint", "right_elbow_joint"]]
+  assert rows.shape == (3, model.nu) and set(np.unique(rows)) == {0.0, 1.0}
+  with pytest.raises(SystemExit, match=r"no actuators \['left_tail_joint', 'right_tail_joint'\]"):
+    common.g1_synergies(model, ("knee", "tail"))
+
+
+def test_config_flags_set_a_frozen_configs_fields():
+  @dataclasses.dataclass(frozen=True)
+  class Config:
+    samples: int = 8
+    iterations: int = 3
+    spread: float = 0.1
+
+  flags = {"samples": (2, 64, "candidates"), "iterations": (0, 10, "iterations")}
+  parser = argparse.ArgumentParser()
+  common.config_flags(parser, Config(), flags)
+  assert "candidates (default 8)" in parser.format_help()
+  args = parser.parse_args(["--iterations", "5"])
+  assert common.config_from(args, Config(), flags) == Config(iterations=5)
+  with pytest.raises(SystemExit):
+    parser.parse_args(["--samples", "1"])
+
+
 def test_standard_flags_and_defaults(tmp_path):
   parser = argparse.ArgumentParser()
   common.add_standard_args(parser, "task", threads=2)
@@ -164,6 +197,26 @@ def test_run_mpc_is_the_receding_horizon_loop(cartpole, capsys):
   printed = capsys.readouterr().out.splitlines()  # steps 0 and 2 (every 2, and the last)
   assert printed == [f"step {k:4d}: hinge {expected[k + 1][lay.qpos.start + 1]:.4f}"
                      for k in (0, 2)]
+
+
+def test_ilqr_with_progress_is_ilqr_and_counts_its_iterations(cartpole, capsys):
+  with mjbatch_jax.Simulator(cartpole, num_threads=1) as sim:
+    lay = sim.layout
+
+    def residual(x, u, obs, t):
+      return jnp.concatenate([x[lay.qpos], 0.1 * u])
+
+    cost = control.Cost(residual, (control.Term(cartpole.nq), control.Term(cartpole.nu)))
+    start = sim.init_state(1)[0].at[lay.qpos.start + 1].set(0.3)
+    guess = jnp.zeros((6, cartpole.nu))
+    result = common.ilqr_with_progress(cost, sim.params(1), start, guess, nstep=2,
+                                       iterations=3)
+    plain = jax.block_until_ready(control.ilqr(cost, sim.params(1), start, guess, nstep=2,
+                                               iterations=3))
+  np.testing.assert_array_equal(result.ctrls, plain.ctrls)
+  assert int(result.iterations) >= 1 and float(result.cost) < float(result.costs[0])
+  lines = [line for line in capsys.readouterr().out.splitlines() if "iLQR iteration" in line]
+  assert len(lines) == int(result.iterations)  # its verbose line per iteration, shown
 
 
 def test_fingerprint_follows_the_model(cartpole):

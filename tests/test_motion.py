@@ -2,6 +2,8 @@
 
 import json
 
+import jax
+import jax.numpy as jnp
 import mujoco
 import numpy as np
 import pytest
@@ -574,6 +576,31 @@ def test_ballistic_flight_with_still_joints_turns_at_a_constant_rate():
     want = np.array([0.5 * s[k], 0, 1 + 3 * s[k] + 0.5 * model.opt.gravity[2] * s[k] ** 2])
     assert np.allclose(data.subtree_com[1], want, atol=1e-12)
   assert np.allclose(motion.pitch_quat(flight.pitch[50]), flight.qpos[50, 3:7])
+
+
+def test_quat_pitch_inverts_pitch_quat_and_reads_mujocos_frames():
+  """Against pitch_quat over a whole turn and more, and against MuJoCo's rotation matrix of
+  quaternions that also yaw and roll a little (the pitch read from where the x axis points);
+  jitted on a batch, as a rollout's states are read."""
+  angles = np.linspace(-np.pi + 1e-9, np.pi, 41)
+  pitched = np.array([motion.pitch_quat(a) for a in angles])
+  assert np.allclose(motion.quat_pitch(pitched), angles, atol=1e-12)
+  assert np.allclose(motion.quat_pitch(-pitched), angles, atol=1e-12)  # q and -q: one rotation
+  rng = np.random.default_rng(0)
+  quats = rng.normal(size=(20, 4)) * [1, 0.1, 1, 0.1]
+  quats /= np.linalg.norm(quats, axis=1, keepdims=True)
+  mats = np.zeros((20, 9))
+  for q, m in zip(quats, mats, strict=True):
+    mujoco.mju_quat2Mat(m, q)
+  want = np.arctan2(-mats[:, 6], mats[:, 0])
+  batch = jax.jit(motion.quat_pitch)(jnp.asarray(quats.reshape(4, 5, 4)))
+  assert batch.shape == (4, 5) and np.allclose(np.ravel(batch), want, atol=1e-12)
+  for bad in (np.zeros(3), np.zeros((2, 5)), np.array(1.0)):
+    with pytest.raises(ValueError, match=r"quat must have shape \(\.\.\., 4\), got"):
+      motion.quat_pitch(bad)
+  for bad in ("w x y z", None, np.ones((2, 4), bool)):
+    with pytest.raises(ValueError, match=r"quat must be"):
+      motion.quat_pitch(bad)
 
 
 def test_ballistic_flight_refusals():

@@ -24,7 +24,7 @@ tracking (a cost that tracks a clip's bodies).
 See docs/motion.md.
 """
 
-from mjbatch_jax.motion.ballistic import Flight, ballistic_flight, pitch_quat
+from mjbatch_jax.motion.ballistic import Flight, ballistic_flight, pitch_quat, quat_pitch
 from mjbatch_jax.motion.clip import Clip, body_poses, fingerprint, load, make, save
 from mjbatch_jax.motion.feasibility import Feasibility, Sole, feasibility
 from mjbatch_jax.motion.flight import Landing, landing
@@ -65,6 +65,7 @@ __all__ = [
   "make",
   "pitch_quat",
   "pose_errors",
+  "quat_pitch",
   "quintic",
   "save",
   "tracking_cost",

@@ -19,6 +19,8 @@ The integrals are the trapezoid rule on the grid; the joints' rates are numpy.gr
 import dataclasses
 from typing import Any
 
+import jax
+import jax.numpy as jnp
 import mujoco
 import numpy as np
 
@@ -48,6 +50,19 @@ class Flight:
 def pitch_quat(angle: float) -> np.ndarray:
   """(4,) a rotation by angle (rad) about the world's y axis (positive: nose down)."""
   return np.array([np.cos(angle / 2), 0.0, np.sin(angle / 2), 0.0])
+
+
+def quat_pitch(quat: Any) -> jax.Array:
+  """The pitch (rad, positive nose down, in (-pi, pi]) about the world's y axis of the frames
+  whose orientations are quat (..., 4), read from where each frame's x axis points in the x-z
+  plane: pitch_quat's inverse. Pure JAX, so it runs inside jit on a rollout's states.
+
+  Example:
+    pitch = motion.quat_pitch(states[..., 3:7])   # a free root's qpos[3:7]: the root's pitch
+  """
+  quat = v.array("quat", quat, (..., 4))  # shapes and dtypes only: it runs on tracers
+  w, x, y, z = (quat[..., i] for i in range(4))
+  return jnp.arctan2(-2 * (x * z - w * y), 1 - 2 * (y * y + z * z))
 
 
 def ballistic_flight(model: mujoco.MjModel, joints: Any, dt: float, *, pitch0: float,
