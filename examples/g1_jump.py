@@ -181,12 +181,11 @@ def plot_and_video(args, model, sim, rows: np.ndarray, summary: dict) -> None:
 def main(argv=None) -> dict:
   parser = common.example_parser("g1_jump", "Unitree G1: a forward jump by CEM.", threads=2)
   parser.add_argument("--model", help="the G1's scene.xml (default: shared models)")
-  for flag, low, what in (("samples", 4, "CEM candidates"), ("iterations", 0, "CEM iterations")):
-    parser.add_argument(f"--{flag}", type=common.int_in(low, 4096, what),
-                        default=getattr(JumpConfig, flag))
+  flags = {"samples": (4, 4096, "CEM candidates"), "iterations": (0, 4096, "CEM iterations")}
+  common.config_flags(parser, JumpConfig(), flags)
   parser.add_argument("--robust", type=common.int_in(1, 4096, "evaluation robots"), default=32)
   args = common.parse(parser, argv)
-  config = JumpConfig(args.samples, args.iterations, args.seed)
+  config = common.config_from(args, JumpConfig(seed=args.seed), flags)
   model, columns, slots = load_model(args.model)
   version = common.model_fingerprint(model, config, PROGRAM.tolist(), SPREAD.tolist(), WEIGHTS, (
     SYNERGIES, NSTEP, KNOT_S, KNOTS, RAMP_S, MIN_PHASE_S, MAX_PHASE_S, PELVIS_UPRIGHT, MIN_FLIGHT,
