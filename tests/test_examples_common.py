@@ -171,17 +171,23 @@ def test_example_parser_has_the_standard_flags_and_the_mpc_ones_when_asked(tmp_p
     common.parse(common.example_parser("mpc", None, mpc_steps=7), ["--method", "ilqr"])
 
 
+def _cartpole_problem(sim: mjbatch_jax.Simulator) -> tuple[control.Cost, jax.Array]:
+  """A cost on the cart-pole's positions and controls, and a start with the pole 0.3 rad off."""
+  lay, model = sim.layout, sim.model
+
+  def residual(x, u, obs, t):
+    return jnp.concatenate([x[lay.qpos], 0.1 * u])
+
+  cost = control.Cost(residual, (control.Term(model.nq), control.Term(model.nu)))
+  return cost, sim.init_state(1)[0].at[lay.qpos.start + 1].set(0.3)
+
+
 def test_run_mpc_is_the_receding_horizon_loop(cartpole, capsys):
   with mjbatch_jax.Simulator(cartpole, num_threads=1) as sim:
     lay = sim.layout
-
-    def residual(x, u, obs, t):
-      return jnp.concatenate([x[lay.qpos], 0.1 * u])
-
-    cost = control.Cost(residual, (control.Term(cartpole.nq), control.Term(cartpole.nu)))
+    cost, start = _cartpole_problem(sim)
     settings = control.PredictiveSettings(8, 3, noise=0.5)
     planner = control.sampling(cost, sim.params(1), horizon=5, nstep=2, settings=settings)
-    start = sim.init_state(1)[0].at[lay.qpos.start + 1].set(0.3)
     rows, timing = common.run_mpc(planner, sim.params(1), start, 3, 3, every=2,
                                   report=lambda k, s: f"hinge {float(s[lay.qpos.start + 1]):.4f}")
     # The same as control.receding_horizon's step from planner.init(), keyed fold_in(seed, k).
@@ -201,13 +207,7 @@ def test_run_mpc_is_the_receding_horizon_loop(cartpole, capsys):
 
 def test_ilqr_with_progress_is_ilqr_and_counts_its_iterations(cartpole, capsys):
   with mjbatch_jax.Simulator(cartpole, num_threads=1) as sim:
-    lay = sim.layout
-
-    def residual(x, u, obs, t):
-      return jnp.concatenate([x[lay.qpos], 0.1 * u])
-
-    cost = control.Cost(residual, (control.Term(cartpole.nq), control.Term(cartpole.nu)))
-    start = sim.init_state(1)[0].at[lay.qpos.start + 1].set(0.3)
+    cost, start = _cartpole_problem(sim)
     guess = jnp.zeros((6, cartpole.nu))
     result = common.ilqr_with_progress(cost, sim.params(1), start, guess, nstep=2,
                                        iterations=3)
