@@ -250,3 +250,24 @@ def test_choose_tail_refuses_bad_input_before_any_custom_call(pendulum, no_custo
   refused(r"nstep must be an int >= 1", nstep=0)
   refused(r"params must be of one simulation or of the N=2 robots, got 3 rows",
           params=pendulum.params(3, ("body_mass",)))
+
+
+def test_plan_variants_hold_a_knot_and_offset_a_window():
+  """Variant [h, k]: knot at - 1 repeated h more times, the rest delayed and its end dropped,
+  offsets[k] on the chosen controls over the window only, then clipped; [0, 0] with offset 0 is
+  the plan itself."""
+  ctrl = np.arange(24.0).reshape(8, 3) / 10
+  variants = control.plan_variants(ctrl, 3, holds=3, offsets=(0.0, 0.5, -3.0), actuators=[0, 2],
+                                   window=(4, 6), ctrlrange=np.tile([-1.0, 2.5], (3, 1)))
+  assert variants.shape == (3, 3, 8, 3) and variants.dtype == np.float64
+  np.testing.assert_array_equal(variants[0, 0], ctrl)
+  for h in range(3):
+    unshifted = np.concatenate([ctrl[:3], np.repeat(ctrl[2:3], h, axis=0), ctrl[3:8 - h]])
+    for k, amount in enumerate((0.0, 0.5, -3.0)):
+      want = unshifted.copy()
+      want[4:6, [0, 2]] += amount
+      np.testing.assert_array_equal(variants[h, k], np.clip(want, -1.0, 2.5))
+  assert np.array_equal(variants[1, 0, 3], ctrl[2]) and np.array_equal(variants[1, 0, 4], ctrl[3])
+  assert variants[0, 2, 4, 0] == -1.0 and variants[0, 2, 4, 1] == ctrl[4, 1]  # clipped; not chosen
+  plain = control.plan_variants(ctrl, 8, holds=2)  # at the end: nothing to delay
+  assert plain.shape == (2, 1, 8, 3) and np.array_equal(plain[1, 0], ctrl)

@@ -67,6 +67,19 @@ def tracking(**kw):
   return motion.tracking_cost(**args)
 
 scratch = mujoco.MjData(biped)
+
+sensed = spec()
+motion.floor_contact_sensors(sensed, feet, robot="torso")
+ssim = mjbatch_jax.Simulator(sensed.compile(), num_threads=1)  # sensordata: left, right, robot
+
+def standing(**kw):
+  args = {"sim": ssim, "floor": [0, 1, 2], "feet": feet, "ctrl": np.zeros(2),
+          "height": 0.3} | kw
+  return motion.standing_cost(**args)
+
+def program(**kw):
+  args = {"synergy": np.eye(2), "base": np.zeros((10, 2)), "dt": 0.1, "ramp_s": 0.2} | kw
+  return motion.SynergyProgram(**args)
 '''
 
 # Snippets that must raise ValueError, with the regex its message must match (the argument's
@@ -570,10 +583,87 @@ REFUSED = [
    r"xpos must hold at least one frame, got shape \(0, 1, 3\)"),
   ("tracking_cost loose_root an int", "tracking(loose_root=1)",
    r"loose_root must be True or False, got 1"),
+  # standing_cost(sim, floor, feet, ctrl, height, weights).
+  ("standing_cost sim None", "standing(sim=None)", r"sim must be a mjbatch_jax.Simulator"),
+  ("standing_cost fixed base", "standing(sim=mjbatch_jax.Simulator(arm, num_threads=1))",
+   r"free joint at its root body"),
+  ("standing_cost floor a string", "standing(floor='feet')", r"floor must be sensordata columns"),
+  ("standing_cost floor one column", "standing(floor=[2])",
+   r"floor must hold at least two columns"),
+  ("standing_cost floor past the sensors", "standing(floor=[0, 1, 3])",
+   r"floor\[2\] must be an int in \[0, 2\], got 3"),
+  ("standing_cost floor a float", "standing(floor=[0, 1.0, 2])", r"floor\[1\] must be an int"),
+  ("standing_cost foot unknown", "standing(feet=['left_foot', 'nose'])", r"no body named 'nose'"),
+  ("standing_cost feet a string", "standing(feet='left_foot')",
+   r"feet must be a non-empty sequence of body names"),
+  ("standing_cost feet empty", "standing(feet=[])", r"feet must be a non-empty sequence"),
+  ("standing_cost ctrl wrong length", "standing(ctrl=np.zeros(3))",
+   r"ctrl must have shape \(2,\), got \(3,\)"),
+  ("standing_cost ctrl NaN", "standing(ctrl=[0.0, math.nan])", r"ctrl must be finite"),
+  ("standing_cost height NaN", "standing(height=math.nan)", r"height must be a finite number"),
+  ("standing_cost height a string", "standing(height='tall')", r"height must be"),
+  ("standing_cost weight negative", "standing(weights=motion.StandingWeights(touch=-1.0))",
+   r"weights.touch must be a finite number >= 0(.0)?, got -1.0"),
+  ("standing_cost weights three numbers", "standing(weights=(1.0, 2.0, 3.0))",
+   r"weights must be a motion.StandingWeights \(seven numbers\)"),
+  ("standing_cost weights a dict", "standing(weights={'touch': 1.0})",
+   r"weights must be a motion.StandingWeights"),
+  # SynergyProgram(synergy, base, dt, ...) and its calls.
+  ("SynergyProgram synergy not 0 or 1", "program(synergy=[[0.5, 0.0], [0.0, 1.0]])",
+   r"synergy must hold 0 and 1, each actuator in at most one synergy"),
+  ("SynergyProgram synergies overlap", "program(synergy=[[1.0, 1.0], [0.0, 1.0]])",
+   r"each actuator in at most one synergy"),
+  ("SynergyProgram synergy NaN", "program(synergy=[[math.nan, 0.0]])", r"synergy must be finite"),
+  ("SynergyProgram synergy empty", "program(synergy=np.zeros((0, 2)))",
+   r"synergy must be \(S, nu\) with S, nu >= 1"),
+  ("SynergyProgram base other width", "program(base=np.zeros((10, 3)))",
+   r"base must have shape \(any, 2\), got \(10, 3\)"),
+  ("SynergyProgram base NaN", "program(base=np.full(2, math.nan), frames=5)",
+   r"base must be finite"),
+  ("SynergyProgram one base and no frames", "program(base=np.zeros(2))",
+   r"frames must be an int >= 1, got None"),
+  ("SynergyProgram frames against base", "program(frames=11)",
+   r"frames \(11\) must be base's first dimension \(10\)"),
+  ("SynergyProgram dt 0", "program(dt=0.0)", r"dt must be a finite number > 0"),
+  ("SynergyProgram start negative", "program(start=-0.1)", r"start must be a finite number >= 0"),
+  ("SynergyProgram ramp 0", "program(ramp_s=0.0)", r"ramp_s must be a finite number > 0"),
+  ("SynergyProgram interpolation unknown", "program(interpolation='cubic')",
+   r"interpolation must be one of \('hold', 'linear'\)"),
+  ("SynergyProgram durations reversed", "program(durations=(0.5, 0.1))",
+   r"durations must be \(lo, hi\) with lo <= hi"),
+  ("SynergyProgram durations NaN", "program(durations=(math.nan, 0.1))", r"durations\[0\] must"),
+  ("SynergyProgram ctrlrange reversed", "program(ctrlrange=[[1.0, -1.0]] * 2)",
+   r"ctrlrange must be \(nu, 2\) limits, each lower <= upper"),
+  ("SynergyProgram z of a partial phase", "program()(np.zeros(5))",
+   r"a program must be P phases of 3 numbers .*got shape \(5,\)"),
+  ("SynergyProgram z empty", "program().masks(np.zeros(0))", r"a program must be P phases"),
 ]
 
 # Snippets whose own asserts state the fixed behaviour: (name, snippet).
 HOLDS = [
+  ("standing_cost is zero standing still, counts other bodies on the floor", textwrap.dedent("""
+    import jax.numpy as jnp
+    cost = standing()
+    data = mujoco.MjData(ssim.model)
+    mujoco.mj_kinematics(ssim.model, data)
+    mujoco.mj_comPos(ssim.model, data)
+    obs = {'sensordata': jnp.array([2.0, 2.0, 4.0]), 'subtree_com': jnp.asarray(data.subtree_com),
+           'xpos': jnp.asarray(data.xpos)}
+    x = jnp.zeros(ssim.nstate).at[ssim.layout.qpos].set(bq0)
+    r = cost.residual(x, jnp.zeros(2), obs, 0)
+    np.testing.assert_allclose(r, 0.0, atol=1e-12)
+    r = cost.residual(x, jnp.zeros(2), obs | {'sensordata': jnp.array([2.0, 1.0, 5.0])}, 0)
+    assert r[0] == 2.0 and r.shape == (1 + 1 + 2 + 2 + 6 + 2 + 2,)
+    """)),
+  ("SynergyProgram holds its base outside its phases, then ramps to its last", textwrap.dedent("""
+    base = np.arange(20.0).reshape(10, 2)
+    u = np.asarray(program(base=base, synergy=[[1.0, 0.0]], start=0.3)([5.0, 0.2]))
+    assert np.array_equal(u[:5, 1], base[:5, 1]) and np.array_equal(u[:3, 0], base[:3, 0])
+    assert np.array_equal(u[3:6, 0], [5.0, 5.0, 5.0])  # the ramp's first knot: still the target
+    assert np.array_equal(u[7:], np.broadcast_to(base[-1], (3, 2)))
+    assert program(base=base, synergy=[[1.0, 0.0]], start=0.3).masks([5.0, 0.2]).tolist() == [
+      [False] * 3 + [True] * 2 + [False] * 5]
+    """)),
   ("IK zero iterations returns the start", textwrap.dedent("""
     solution = ik.solve(q0 + 0.1, reach, iterations=0)
     np.testing.assert_array_equal(solution.qpos, q0 + 0.1)

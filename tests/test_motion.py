@@ -631,3 +631,86 @@ def test_ballistic_flight_refusals():
   sideways.opt.gravity[:] = (1.0, 0, -9.81)
   with pytest.raises(ValueError, match="gravity must point along -z"):
     motion.ballistic_flight(sideways, joints, 0.01, **good)
+
+
+# ------------------------------------------------------------------ standing cost and programs
+
+
+def test_standing_cost_reads_mujocos_tilt_balance_and_floor_contacts():
+  """Each term of the residual against MuJoCo's own numbers for the biped tipped over in a
+  rollout: the root's z axis (xmat's third column), the subtree's centre of mass against the
+  feet's mean position, the other bodies' floor contacts (the torso's own, on its side)."""
+  import mjbatch_jax
+
+  spec = mujoco.MjSpec.from_string(BIPED_XML)
+  motion.floor_contact_sensors(spec, ["left_foot", "right_foot"], robot="torso")
+  model = spec.compile()
+  data = mujoco.MjData(model)
+  data.qpos[3:7] = [np.cos(0.6), np.sin(0.6), 0.0, 0.0]  # rolled 1.2 rad: it falls on its side
+  data.qvel[6:] = [0.3, -0.2]
+  with jax.enable_x64(True), mjbatch_jax.Simulator(model, num_threads=1) as sim:
+    stand = np.array([0.1, -0.1])
+    cost = motion.standing_cost(sim, [0, 1, 2], ["left_foot", "right_foot"], stand, 0.3,
+                                motion.StandingWeights(*range(1, 8)))
+    start = sim.init_state(1)[0].at[sim.layout.qpos].set(data.qpos).at[sim.layout.qvel].set(
+      data.qvel)
+    ctrls = np.full((300, 1, model.nu), 0.2)
+    states, sensors, obs = mjbatch_jax.rollout(start[None], ctrls.reshape(1, 300, -1),
+                                               sim.params(1), observe=cost.observe)
+    assert [t.weight for t in cost.terms] == list(range(1, 8))
+    checked = 0
+    for k in (0, 60, 200, 299):  # the torso on the floor from step 121 on
+      x, o = states[0, k], {name: value[0, k] for name, value in obs.items()}
+      r = np.asarray(cost.residual(x, jnp.asarray(ctrls[k, 0]), o, jnp.asarray(0)))
+      mujoco.mj_setState(model, data, np.asarray(x), mujoco.mjtState.mjSTATE_INTEGRATION)
+      mujoco.mj_forward(model, data)
+      root = data.xmat[1].reshape(3, 3)
+      feet = data.xpos[[model.body("left_foot").id, model.body("right_foot").id], :2].mean(0)
+      counts = np.asarray(sensors[0, k])
+      np.testing.assert_allclose(r[0], counts[2] - counts[0] - counts[1])
+      np.testing.assert_allclose(r[1], data.qpos[2] - 0.3, atol=1e-12)
+      np.testing.assert_allclose(r[2:4], root[:2, 2], atol=1e-12)
+      np.testing.assert_allclose(r[4:6], data.subtree_com[1, :2] - feet, atol=1e-12)
+      np.testing.assert_allclose(r[6:14], data.qvel, atol=1e-12)
+      np.testing.assert_allclose(r[14:], ctrls[k, 0] - stand)
+      checked += r[0] > 0
+    assert checked >= 1, "the torso never lay on the floor: the touch term went untested"
+
+
+def test_synergy_program_holds_or_reaches_each_phases_targets():
+  """Hold: each phase's targets on exactly its knots (program.masks), the base before the first
+  and in the columns of no synergy; linear: each target reached at its phase's end, halfway at
+  its middle; both: the ramp ends on the base's last control; clipped to ctrlrange; jit and vmap
+  give the same. Times are binary fractions: no knot falls on a rounding."""
+  with jax.enable_x64(True):
+    _synergy_program_checks()
+
+
+def _synergy_program_checks():
+  synergy = np.array([[1.0, 0.0, 1.0, 0.0], [0.0, 1.0, 0.0, 0.0]])  # actuator 3: in neither
+  base = np.linspace(0.0, 0.5, 40)[:, None] + np.arange(4.0) * 0.01
+  z = np.array([0.3, -0.2, 0.25, 0.6, 0.1, 0.5, 2.0, 0.0, 0.375])  # targets, durations
+  ctrlrange = np.tile([-1.0, 1.5], (4, 1))  # 2.0 is clipped
+  program = motion.SynergyProgram(synergy, base, 0.0625, start=0.25, ramp_s=0.25,
+                                  durations=(0.05, 1.0), ctrlrange=ctrlrange)
+  u, masks = np.asarray(program(z)), program.masks(z)
+  assert u.shape == (40, 4) and masks.shape == (3, 40)
+  assert [np.flatnonzero(m).tolist() for m in masks] == [
+    list(range(4, 8)), list(range(8, 16)), list(range(16, 22))]
+  np.testing.assert_array_equal(u[:4], base[:4])
+  np.testing.assert_array_equal(u[:23, 3], base[:23, 3])
+  for k, phase in enumerate(z.reshape(3, 3)):
+    held = np.clip(phase[[0, 1, 0]], -1.0, 1.5)
+    np.testing.assert_array_equal(u[masks[k]][:, :3], np.broadcast_to(held, (masks[k].sum(), 3)))
+  np.testing.assert_allclose(u[26:], np.broadcast_to(base[-1], (14, 4)))  # ramped at 1.625 s
+  np.testing.assert_array_equal(np.asarray(jax.jit(jax.vmap(program))(jnp.stack([z, z]))[1]), u)
+
+  linear = motion.SynergyProgram(synergy, base[0], 0.0625, frames=40, ramp_s=0.25,
+                                 interpolation="linear")
+  phases = np.c_[z.reshape(3, 3)[:, :2], [0.25, 0.25, 0.125]]  # ends at knots 4, 8 and 10
+  v = np.asarray(linear(phases))
+  for phase, end in zip(phases, (4, 8, 10), strict=True):
+    np.testing.assert_allclose(v[end, :3], phase[[0, 1, 0]], atol=1e-12)
+  np.testing.assert_allclose(v[2, :3], (base[0, :3] + phases[0, [0, 1, 0]]) / 2, atol=1e-12)
+  np.testing.assert_allclose(v[14:], np.broadcast_to(base[0], (26, 4)), atol=1e-12)
+  np.testing.assert_allclose(v[:, 3], base[0, 3])

@@ -38,6 +38,7 @@ from mjbatch_jax.control.sampling import (
   sampling,
 )
 from mjbatch_jax.control.search import CEMIteration, CEMSearchResult, cem_search
+from mjbatch_jax.control.variants import plan_variants
 
 
 def __getattr__(name: str) -> Any:
@@ -84,6 +85,7 @@ __all__ = [
   "norm",
   "open_loop",
   "plan_cost",
+  "plan_variants",
   "receding_horizon",
   "receding_horizon_fleet",
   "sampling",

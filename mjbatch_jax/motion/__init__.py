@@ -13,6 +13,8 @@ named by its bodies and joints:
   done = motion.landing(sensordata[:, columns], qpos[:, 2], dt, min_flight=0.1,
                         upright_height=0.6)                   # a jump's flight and landing
   com = motion.quintic(p0, v0, a0, p1, v1, a1, duration, t)   # smooth segments, their rates
+  ctrls = motion.SynergyProgram(synergy, stand_ctrl, dt=0.02, frames=150, ramp_s=0.5)(z)
+  cost = motion.standing_cost(sim, columns, ["foot"], stand_ctrl, 0.75)  # a landing's MPC
   flight = motion.ballistic_flight(model, tuck, dt, pitch0=0.3, pitch1=0.2 - 2 * np.pi,
                                    com0=com, vel0=v)          # a flip's turn in the air
 
@@ -20,7 +22,8 @@ Each module holds one idea: ik (IK and its tasks), clip (the clip format), feasi
 dynamics of a motion against a robot's limits), sensors (floor-contact sensors on an MjSpec),
 flight (a run's flight and landing from those sensors), trajectory (quintic segments, velocities
 of a pose sequence, angular momentum), ballistic (a flip's flight from conservation of momentum),
-tracking (a cost that tracks a clip's bodies).
+tracking (a cost that tracks a clip's bodies), standing (a cost that keeps a robot standing),
+program (a plan of synergy targets in a few numbers, for a search).
 See docs/motion.md.
 """
 
@@ -37,7 +40,9 @@ from mjbatch_jax.motion.ik import (
   Solution,
   Task,
 )
+from mjbatch_jax.motion.program import SynergyProgram
 from mjbatch_jax.motion.sensors import floor_contact_sensors
+from mjbatch_jax.motion.standing import StandingWeights, standing_cost
 from mjbatch_jax.motion.tracking import pose_errors, tracking_cost
 from mjbatch_jax.motion.trajectory import angular_momentum, quintic, velocities
 
@@ -53,6 +58,8 @@ __all__ = [
   "Landing",
   "Sole",
   "Solution",
+  "StandingWeights",
+  "SynergyProgram",
   "Task",
   "angular_momentum",
   "ballistic_flight",
@@ -68,6 +75,7 @@ __all__ = [
   "quat_pitch",
   "quintic",
   "save",
+  "standing_cost",
   "tracking_cost",
   "velocities",
 ]
