@@ -20,27 +20,12 @@ import argparse
 import collections
 import dataclasses
 import functools
-import os
 import sys
 from pathlib import Path
 
-
-def _avx2_blas_kernels_where_the_cpu_has_them() -> None:
-  """OPENBLAS_CORETYPE=Haswell on a CPU with AVX2 and FMA, unless set or numpy is loaded: the
-  reference's IK runs on numpy's BLAS, whose kernels (picked by CPU) round differently in the last
-  bits, and the solve is chaotic (docs/backflip.md). Read when OpenBLAS loads; a user's stands."""
-  if "numpy" not in sys.modules and "OPENBLAS_CORETYPE" not in os.environ:
-    try:
-      if {"avx2", "fma"} <= set(Path("/proc/cpuinfo").read_text().split()):
-        os.environ["OPENBLAS_CORETYPE"] = "Haswell"
-    except OSError:
-      pass  # not Linux: nothing to read the CPU's features from
-
-
-_avx2_blas_kernels_where_the_cpu_has_them()
-
-import common  # noqa: E402
-import jax  # noqa: E402
+import _blas_kernels  # noqa: F401  (first: it pins OpenBLAS's kernels before numpy loads)
+import common
+import jax
 
 jax.config.update("jax_enable_x64", True)
 
@@ -151,7 +136,7 @@ class Config:
   land_lead: int = 3  # the MPC takes over this many knots before the plan's touchdown
   land_horizon: int = 20
   land_mpc: tuple = (64, 5, 0.1, 1, 8, 0.02)  # samples, knots, noise, iterations, elites, std_min
-  land_weights: tuple = (300.0, 30.0, 50.0, 300.0, 0.5, 0.01, 0.05)  # see landing_cost
+  land_weights: tuple = (300.0, 30.0, 50.0, 300.0, 0.5, 0.01, 0.05)  # motion.StandingWeights
   land_seed: int = 100
   # --- what counts
   pelvis_upright: float = 0.6  # m: standing means the pelvis above this
@@ -479,39 +464,12 @@ def replay_metrics(sim, cfg: Config, states, sensors) -> list[dict]:
 # -------------------------------------------------------------------------- the warm start
 
 
-def phase_masks(cfg: Config, z, frames: int) -> np.ndarray:
-  """(phases, frames): the knots each of the program's phases holds."""
-  z = np.asarray(z).reshape(-1, len(SYNERGIES) + 1)
-  t = FRAME_DT * np.arange(frames)
-  ends = cfg.push_start + np.cumsum(np.clip(z[:, -1], 0.04, 1.0))
-  begins = np.r_[cfg.push_start, ends[:-1]]
-  return (t >= begins[:, None]) & (t < ends[:, None])
-
-
-def program(model: mujoco.MjModel, cfg: Config, servo: np.ndarray):
+def program(model: mujoco.MjModel, cfg: Config, servo: np.ndarray) -> motion.SynergyProgram:
   """z (phases * 7,) -> the plan (F, nu): servo up to the push, each phase's synergy targets
   held for its duration, then a ramp to servo's last (standing) targets."""
-  synergy = jnp.asarray(common.g1_synergies(model, SYNERGIES))
-  chosen = synergy.sum(axis=0) > 0
-  base = jnp.asarray(servo)
-  lo, hi = (jnp.asarray(b) for b in model.actuator_ctrlrange.T)
-  t = FRAME_DT * jnp.arange(len(base))
-
-  def plan(z):
-    z = z.reshape(-1, len(SYNERGIES) + 1)
-    targets = jnp.where(chosen, z[:, :-1] @ synergy, base[None, 0])
-    ends = cfg.push_start + jnp.cumsum(jnp.clip(z[:, -1], 0.04, 1.0))
-    begins = jnp.concatenate([jnp.array([cfg.push_start]), ends[:-1]])
-    u = base
-    for k in range(len(z)):
-      on = (t >= begins[k]) & (t < ends[k])
-      u = jnp.where(on[:, None], jnp.where(chosen, targets[k], base), u)
-    ramp = jnp.clip((t - ends[-1]) / cfg.ramp_s, 0.0, 1.0)[:, None]
-    settle = jnp.where(chosen, targets[-1], base)
-    u = jnp.where((t >= ends[-1])[:, None], (1 - ramp) * settle + ramp * base[-1], u)
-    return jnp.clip(u, lo, hi)
-
-  return plan
+  return motion.SynergyProgram(common.g1_synergies(model, SYNERGIES), servo, FRAME_DT,
+                               start=cfg.push_start, ramp_s=cfg.ramp_s, durations=(0.04, 1.0),
+                               ctrlrange=model.actuator_ctrlrange)
 
 
 def turn_in_flight(sim, states, floor) -> jax.Array:
@@ -570,20 +528,11 @@ def warm_start(sim, cfg: Config, cost: control.Cost, start, base: np.ndarray, ns
 
 def tuck_holds(model, cfg: Config, ctrl: np.ndarray, decide: int, tilt: tuple[int, int]
                ) -> np.ndarray:
-  """(tuck_holds, len(tilts), F, nu): ctrl with the tuck's last knot held h more knots and the
-  rest later by as much, each tilt added to the waist's and hips' pitch targets over the knots
-  tilt; [0, 0] is the plan's own."""
-  names = [model.actuator(i).name for i in range(model.nu)]
-  tilted = [names.index(n) for n in ("waist_pitch_joint", "left_hip_pitch_joint",
-                                      "right_hip_pitch_joint")]
-  out = np.zeros((cfg.tuck_holds, len(cfg.tilts), *ctrl.shape))
-  for h in range(cfg.tuck_holds):
-    u = np.concatenate([ctrl[:decide], np.repeat(ctrl[decide - 1:decide], h, axis=0),
-                        ctrl[decide:len(ctrl) - h]])
-    for k, amount in enumerate(cfg.tilts):
-      out[h, k] = u
-      out[h, k, tilt[0]:tilt[1], tilted] += amount
-  return np.clip(out, *model.actuator_ctrlrange.T)
+  """(tuck_holds, len(tilts), F, nu): the tuck's last knot held longer, each tilt on the waist's
+  and hips' pitch targets over the knots tilt (control.plan_variants); [0, 0] is the plan's."""
+  tilted = [model.actuator(f"{n}_pitch_joint").id for n in ("waist", "left_hip", "right_hip")]
+  return control.plan_variants(ctrl, decide, holds=cfg.tuck_holds, offsets=cfg.tilts,
+                               actuators=tilted, window=tilt, ctrlrange=model.actuator_ctrlrange)
 
 
 def touchdowns(sim, cfg: Config, states, sensors, obs, nstep: int) -> tuple:
@@ -620,9 +569,9 @@ def landing_push(sim, cfg: Config, start, ctrl: np.ndarray, z, nstep: int, decid
   plus 1 for a bad landing); a candidate the robots' mean, the nominal robot's once more and its
   turn short of push_turn. Of the means the search sampled about, the one with the least score
   on push_check robots is flown (the best of noisy scores is the luckiest draw)."""
-  model = sim.model
-  pushes = phase_masks(cfg, z, decide)[:-3]  # before the tuck, open and settle
-  synergy = jnp.asarray(common.g1_synergies(model, SYNERGIES))
+  model, warm = sim.model, program(sim.model, cfg, ctrl)
+  pushes = warm.masks(z, decide)[:-3]  # before the tuck, open and settle
+  synergy = jnp.asarray(warm.synergy)
   chosen = synergy.sum(axis=0) > 0
   lo, hi = (jnp.asarray(b) for b in model.actuator_ctrlrange.T)
   base = jnp.asarray(ctrl[:decide])
@@ -688,37 +637,12 @@ def landing_push(sim, cfg: Config, start, ctrl: np.ndarray, z, nstep: int, decid
   return out
 
 
-def landing_cost(sim, cfg: Config, stand_ctrl, stand_height: float) -> control.Cost:
-  """The landing MPC's cost, with no time in it: bodies other than the feet down, the pelvis's
-  height and its z axis's tilt, the centre of mass over the feet, the root's and the joints'
-  velocities, the controls against standing."""
-  lay = sim.layout
-  qpos, qvel = np.arange(sim.nstate)[lay.qpos], np.arange(sim.nstate)[lay.qvel]
-  cols, feet = floor_columns(sim), np.asarray(sim.names.bodies(list(FEET)))
-  stand_ctrl = jnp.asarray(stand_ctrl)
-
-  def residual(x, u, obs, t):
-    del t
-    q, v = x[qpos], x[qvel]
-    w, qx, qy, qz = q[3], q[4], q[5], q[6]
-    z_axis_xy = jnp.stack([2 * (qx * qz + w * qy), 2 * (qy * qz - w * qx)])
-    s = obs["sensordata"]
-    balance = obs["subtree_com"][1, :2] - obs["xpos"][feet, :2].mean(axis=0)
-    return jnp.concatenate([(s[cols[2]] - s[cols[0]] - s[cols[1]])[None],
-                            (q[2] - stand_height)[None], z_axis_xy, balance, v[:6], v[6:],
-                            u - stand_ctrl])
-
-  sizes = (1, 1, 2, 2, 6, sim.model.nv - 6, sim.model.nu)
-  terms = tuple(control.Term(n, w) for n, w in zip(sizes, cfg.land_weights, strict=True))
-  return control.Cost(residual, terms, observe=("sensordata", "subtree_com", "xpos"))
-
-
 def plan_landing(sim, cfg: Config, start, ctrl: np.ndarray, z, nstep: int, ensemble: Ensemble,
                  seed: int) -> dict:
   """The plan with its landing: the searched push, its holds and tilts, and the knots at which
   the hold and the tilt are chosen and the MPC takes over (about iLQR's touchdown)."""
   frames = len(ctrl)
-  opening = phase_masks(cfg, z, frames)[-2]
+  opening = program(sim.model, cfg, ctrl).masks(z)[-2]
   xs, sensors = control.open_loop(sim.params(1), start, ctrl, nstep)
   m = replay_metrics(sim, cfg, xs, sensors)[0]
   touch = round(m["touchdown_s"] / sim.model.opt.timestep) // nstep
@@ -764,9 +688,10 @@ def landing_replay(sim, cfg: Config, params, start, holds: np.ndarray, knots, ns
                                    holds[hold, tilt, tilt_at:land_from], nstep))
   ctrls = holds[hold, tilt]
   samples, knots_n, noise, iterations, elites, std_min = cfg.land_mpc
-  planner = control.sampling(
-    landing_cost(sim, cfg, ctrls[0, -1], stand_height), sim.params(1), horizon=cfg.land_horizon,
-    nstep=nstep, settings=control.CEMSettings(
+  cost = motion.standing_cost(sim, floor_columns(sim), FEET, ctrls[0, -1], stand_height,
+                              motion.StandingWeights(*cfg.land_weights))
+  planner = control.sampling(cost, sim.params(1), horizon=cfg.land_horizon, nstep=nstep,
+                             settings=control.CEMSettings(
       num_samples=samples, num_knots=knots_n, interpolation="linear", noise=noise,
       iterations=iterations, num_elites=elites, std_min=std_min))
   # Each robot's keys from its row alone: the nominal robot lands alike among any others.

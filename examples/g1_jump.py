@@ -16,7 +16,6 @@ PELVIS_UPRIGHT UPRIGHT_GOAL_S after its last dip; the robust share counts "evalu
 """
 
 import dataclasses
-import functools
 import os
 import time
 
@@ -62,27 +61,17 @@ class JumpConfig:
   seed: int = 0
 
 
-def load_model(path) -> tuple[mujoco.MjModel, list[np.ndarray], np.ndarray]:
-  """The G1 scene with floor-contact sensors, each synergy's actuator ids, the sensors' slots."""
+def load_model(path) -> tuple[mujoco.MjModel, motion.SynergyProgram, np.ndarray]:
+  """The G1 scene with floor-contact sensors, the jump's program (a flat z: (KNOTS, nu) servo
+  targets from standing, each phase's reached linearly over its duration, then standing's again
+  over RAMP_S), the sensors' slots."""
   model = common.g1_scene(path)
-  columns = [np.flatnonzero(row) for row in common.g1_synergies(model, SYNERGIES)]
   if model.nkey == 0:
     raise SystemExit("expected a standing keyframe, as the Unitree G1 has")
-  return model, columns, common.g1_floor_columns(model)
-
-
-def program_ctrls(model: mujoco.MjModel, columns: list[np.ndarray], z: jax.Array) -> jax.Array:
-  """(KNOTS, nu) servo targets of a program z (PROGRAM's shape, flattened): from standing, each
-  phase's targets reached linearly over its duration, then standing's again over RAMP_S."""
-  stand = jnp.asarray(model.key_ctrl[0])
-  phases = z.reshape(len(PHASES), len(SYNERGIES) + 1)
-  keys = jnp.broadcast_to(stand, (len(PHASES) + 2, model.nu))
-  for j, ids in enumerate(columns):
-    keys = keys.at[1:-1, ids].set(phases[:, j:j + 1])
-  times = jnp.cumsum(jnp.r_[0.0, phases[:, -1], RAMP_S])
-  t = jnp.arange(KNOTS) * KNOT_S
-  ctrls = jax.vmap(lambda column: jnp.interp(t, times, column), out_axes=1)(keys.T)
-  return jnp.clip(ctrls, *model.actuator_ctrlrange.T)
+  program = motion.SynergyProgram(common.g1_synergies(model, SYNERGIES), model.key_ctrl[0],
+                                  KNOT_S, frames=KNOTS, ramp_s=RAMP_S, interpolation="linear",
+                                  ctrlrange=model.actuator_ctrlrange)
+  return model, program, common.g1_floor_columns(model)
 
 
 def search_score(slots, sim, start, states, sensors):
@@ -98,14 +87,14 @@ def search_score(slots, sim, start, states, sensors):
   return jnp.sum(jnp.stack([WEIGHTS[name] * value for name, value in terms.items()]), axis=0)
 
 
-def solve(model, columns, slots, sim, start, config: JumpConfig) -> control.CEMSearchResult:
+def solve(program, slots, sim, start, config: JumpConfig) -> control.CEMSearchResult:
   """CEM over programs, each run on the nominal robot and fresh search robots every iteration."""
   ens, count = common.g1_robots(sim), SEARCH_ROBOTS + 1
 
   def objective(z, iteration):
     params = ens.params("search", SEARCH_ROBOTS, iteration=iteration)
     params = jax.tree.map(lambda a: jnp.tile(a, (z.shape[0],) + (1,) * (a.ndim - 1)), params)
-    ctrls = jnp.repeat(jax.vmap(functools.partial(program_ctrls, model, columns))(z), count, 0)
+    ctrls = jnp.repeat(jax.vmap(program)(z), count, 0)
     states, sensors = mjbatch_jax.rollout(jnp.broadcast_to(start, (len(ctrls), len(start))),
                                           ctrls, params, nstep=NSTEP)
     return search_score(slots, sim, start, states, sensors).reshape(-1, count).mean(-1)
@@ -144,12 +133,12 @@ def replay(slots, sim, start, ctrls, params) -> tuple[list[dict], np.ndarray]:
           np.asarray(states[0]))
 
 
-def choose(columns, slots, sim, start, result: control.CEMSearchResult) -> jax.Array:
+def choose(program, slots, sim, start, result: control.CEMSearchResult) -> jax.Array:
   """The search's candidate that passes on most validation robots (ties: nominal, distance)."""
   params = common.g1_robots(sim).params("validation", VALIDATION_ROBOTS)
   scores = []
   for z in (result.best, *result.means[-CHOICES:, 0]):
-    metrics, _ = replay(slots, sim, start, program_ctrls(sim.model, columns, z), params)
+    metrics, _ = replay(slots, sim, start, program(z), params)
     scores.append((sum(m["passed"] for m in metrics[1:]), metrics[0]["passed"],
                    np.mean([m["distance_m"] for m in metrics]), z))
     print(f"validation: {scores[-1][0]} of {VALIDATION_ROBOTS} pass", flush=True)
@@ -186,7 +175,7 @@ def main(argv=None) -> dict:
   parser.add_argument("--robust", type=common.int_in(1, 4096, "evaluation robots"), default=32)
   args = common.parse(parser, argv)
   config = common.config_from(args, JumpConfig(seed=args.seed), flags)
-  model, columns, slots = load_model(args.model)
+  model, jump, slots = load_model(args.model)
   version = common.model_fingerprint(model, config, PROGRAM.tolist(), SPREAD.tolist(), WEIGHTS, (
     SYNERGIES, NSTEP, KNOT_S, KNOTS, RAMP_S, MIN_PHASE_S, MAX_PHASE_S, PELVIS_UPRIGHT, MIN_FLIGHT,
     GOAL_DISTANCE, UPRIGHT_GOAL_S, DISTANCE_CAP, FLIGHT_CAP, STAND_S, SEARCH_ROBOTS, CHOICES,
@@ -200,9 +189,9 @@ def main(argv=None) -> dict:
       head = {key: saved[key] for key in ("solve_wall_s", "best_value")}
     else:
       begin = time.perf_counter()
-      result = solve(model, columns, slots, sim, start, config)
-      program = choose(columns, slots, sim, start, result)
-      ctrls = np.asarray(program_ctrls(model, columns, program))
+      result = solve(jump, slots, sim, start, config)
+      program = choose(jump, slots, sim, start, result)
+      ctrls = np.asarray(jump(program))
       head = {"solve_wall_s": time.perf_counter() - begin, "best_value": float(result.best_value)}
     metrics, rows = replay(slots, sim, start, ctrls,
                            common.g1_robots(sim).params("evaluation", args.robust))

@@ -252,7 +252,7 @@ def test_every_code_fence_of_the_docs_is_closed():
 def test_the_gallery_shows_every_example():
   gallery = (DOCS / "examples.md").read_text()
   for script in sorted((ROOT / "examples").glob("*.py")):
-    if script.name != "common.py":
+    if script.name != "common.py" and not script.name.startswith("_"):  # helpers, not examples
       assert f"examples/{script.name}" in gallery, f"docs/examples.md misses {script.name}"
 
 

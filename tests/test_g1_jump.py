@@ -35,10 +35,11 @@ def last_json(capsys) -> dict:
 
 
 def test_program_reaches_each_phase_and_returns_to_standing(jump, loaded):
-  model, columns, _ = loaded
+  model, plan, _ = loaded
+  columns = [np.flatnonzero(row) for row in plan.synergy]
   program = jump.PROGRAM.copy()
   program[:, -1] = [0.4, 0.2, 0.16, 0.4]  # whole knots: each phase ends on one
-  ctrls = np.asarray(jump.program_ctrls(model, columns, program.ravel()))
+  ctrls = np.asarray(plan(program.ravel()))
   stand = model.key_ctrl[0]
   assert ctrls.shape == (jump.KNOTS, model.nu)
   np.testing.assert_allclose(ctrls[0], stand)
@@ -87,8 +88,8 @@ def test_metrics_find_the_flight_the_landing_and_what_touches(jump):
 def test_the_replay_is_mujocos_physics(jump, loaded):
   import mjbatch_jax
 
-  model, columns, slots = loaded
-  ctrls = np.asarray(jump.program_ctrls(model, columns, jump.PROGRAM.ravel()))[:30]
+  model, plan, slots = loaded
+  ctrls = np.asarray(plan(jump.PROGRAM.ravel()))[:30]
   with mjbatch_jax.Simulator(model, num_threads=1) as sim:
     start = sim.init_state(1)[0].at[sim.layout.qpos].set(model.key_qpos[0])
     start = start.at[sim.layout.ctrl].set(model.key_ctrl[0])
