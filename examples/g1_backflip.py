@@ -355,16 +355,9 @@ def build_reference(model: mujoco.MjModel, cfg: Config, frames: int = CLIP_FRAME
 
   q_after, err_after = b.stance(t_all[i_down + 1:], q_flight[-1], after_touchdown)
   qpos = np.concatenate([q_before, q_push, q_flight[1:], q_after])
-  # Take-off and touchdown change joint velocities at once: derivatives within the ground phases
-  # and the flight, not across them (row i_off: just before take-off, i_down: after touchdown).
-  qvel, qacc = np.zeros((n, model.nv)), np.zeros((n, model.nv))
-  for lo, hi, keep in ((0, i_off + 1, slice(0, i_off + 1)), (i_off, i_down + 1, slice(1, -1)),
-                       (i_down, n, slice(0, None))):
-    v = motion.velocities(model, qpos[lo:hi], dt)
-    a = np.gradient(v, dt, axis=0)
-    qvel[lo:hi][keep], qacc[lo:hi][keep] = v[keep], a[keep]
   contact = np.ones(n, bool)
-  contact[i_off + 1:i_down] = False
+  contact[i_off + 1:i_down] = False  # row i_off: just before take-off, i_down: after touchdown
+  qvel, qacc = motion.phase_derivatives(model, qpos, dt, contact)
   apex = float(qpos[i_off:i_down + 1, 2].max())
   log(f"reference: take-off at {t_off:.3f} s at ({v_off[0]:+.2f}, {v_off[2]:.2f}) m/s; flight "
       f"{flight:.3f} s; apex {apex:.2f} m; L = {momentum:.2f} kg m^2/s (pelvis {omega_off:.1f} "

@@ -714,3 +714,32 @@ def _synergy_program_checks():
   np.testing.assert_allclose(v[2, :3], (base[0, :3] + phases[0, [0, 1, 0]]) / 2, atol=1e-12)
   np.testing.assert_allclose(v[14:], np.broadcast_to(base[0], (26, 4)), atol=1e-12)
   np.testing.assert_allclose(v[:, 3], base[0, 3])
+
+
+def test_phase_derivatives_keep_a_take_off_and_a_touchdown_sharp():
+  """A free body sliding at 1 m/s, thrown up at 2 m/s, caught: on the floor the velocity is
+  exactly the slide's up to the take-off and from the touchdown on (plain differences across
+  the jump smear it), and inside the flight the acceleration is gravity's."""
+  model = mujoco.MjModel.from_xml_string(BIPED_XML)
+  dt, g, off, down, count = 0.01, 9.81, 20, 60, 90
+  t = dt * np.arange(count)
+  qpos = np.tile(model.qpos0, (count, 1))
+  qpos[:, 0] = t
+  s = np.clip(t - t[off], 0.0, t[down] - t[off])
+  qpos[:, 2] = 0.3 + 2.0 * s - 0.5 * g * s * s  # held where the flight ends (0.4 s)
+  contact = np.ones(count, bool)
+  contact[off + 1:down] = False
+  qvel, qacc = motion.phase_derivatives(model, qpos, dt, contact)
+  np.testing.assert_allclose(qvel[:, 0], 1.0, atol=1e-12)
+  np.testing.assert_allclose(qvel[: off + 1, 2], 0.0, atol=1e-12)
+  np.testing.assert_allclose(qvel[down:, 2], 0.0, atol=1e-9)
+  np.testing.assert_allclose(qvel[off + 1:down, 2], 2.0 - g * (t[off + 1:down] - t[off]),
+                             atol=1e-9)
+  np.testing.assert_allclose(qacc[off + 2:down - 1, 2], -g, atol=1e-6)
+  np.testing.assert_allclose(qacc[: off + 1], 0.0, atol=1e-9)
+  smeared = motion.velocities(model, qpos, dt)
+  assert abs(smeared[off, 2]) > 0.5 and abs(smeared[down, 2]) > 0.5
+  with pytest.raises(ValueError, match=r"contact: the phase of poses 89..89 \(on the floor\)"):
+    motion.phase_derivatives(model, qpos, dt, np.r_[np.ones(88, bool), False, True])
+  with pytest.raises(ValueError, match=r"contact must be \(90,\) booleans"):
+    motion.phase_derivatives(model, qpos, dt, contact[:-1])

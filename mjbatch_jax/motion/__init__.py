@@ -44,7 +44,12 @@ from mjbatch_jax.motion.program import SynergyProgram
 from mjbatch_jax.motion.sensors import floor_contact_sensors
 from mjbatch_jax.motion.standing import StandingWeights, standing_cost
 from mjbatch_jax.motion.tracking import pose_errors, tracking_cost
-from mjbatch_jax.motion.trajectory import angular_momentum, quintic, velocities
+from mjbatch_jax.motion.trajectory import (
+  angular_momentum,
+  phase_derivatives,
+  quintic,
+  velocities,
+)
 
 __all__ = [
   "IK",
@@ -69,6 +74,7 @@ __all__ = [
   "floor_contact_sensors",
   "landing",
   "load",
+  "phase_derivatives",
   "make",
   "pitch_quat",
   "pose_errors",

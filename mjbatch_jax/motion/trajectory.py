@@ -8,6 +8,7 @@ momentum is MuJoCo's subtree momentum.
 
   com = quintic(crouch, 0, 0, takeoff, v_off, 0, duration=0.3, t=times)
   qvel = velocities(model, qpos, dt)
+  qvel, qacc = phase_derivatives(model, qpos, dt, contact)   # not across take-off, touchdown
   L = angular_momentum(model, data, qpos[k], qvel[k])  # about the robot's centre of mass
 """
 
@@ -83,6 +84,55 @@ def velocities(model: mujoco.MjModel, qpos: Any, dt: float) -> np.ndarray:
   for i in range(len(qpos) - 1):
     mujoco.mj_differentiatePos(model, diff[i], dt, qpos[i], qpos[i + 1])
   return np.concatenate([diff[:1], 0.5 * (diff[:-1] + diff[1:]), diff[-1:]])
+
+
+def phase_derivatives(model: mujoco.MjModel, qpos: Any, dt: float,
+                      contact: Any) -> tuple[np.ndarray, np.ndarray]:
+  """(qvel, qacc), each (S, nv): a motion's velocities and accelerations, never differenced
+  across a take-off or a touchdown, where the velocity jumps.
+
+  contact splits the poses into phases: each run of True (on the floor) is differenced over its
+  own poses; each run of False (in flight) over its own and the poses on either side of it (the
+  take-off's last on the floor, the touchdown's first), keeping its own rows. Within a phase,
+  velocities as `velocities` gives them and accelerations their np.gradient.
+
+  Args:
+    model: the robot's mujoco.MjModel.
+    qpos: (S, nq) poses every dt seconds, finite.
+    dt: seconds between poses, > 0.
+    contact: (S,) booleans: the pose is on the floor.
+
+  Raises:
+    ValueError: a shape or value is wrong, or a phase (with a flight's neighbours) has fewer
+      than 2 poses to difference.
+
+  Example:
+    contact = np.ones(len(qpos), bool)
+    contact[takeoff + 1:touchdown] = False
+    qvel, qacc = phase_derivatives(model, qpos, 0.005, contact)
+  """
+  model = mj_model("model", model)
+  qpos = numbers("qpos", qpos, (None, model.nq))
+  given = contact
+  contact = np.asarray(contact)
+  if contact.dtype != np.bool_ or contact.shape != (len(qpos),):
+    raise ValueError(f"contact must be ({len(qpos)},) booleans, one per pose, got "
+                     f"{v.shown(given)}")
+  dt = v.number("dt", dt, low=0.0, low_open=True)
+  if len(qpos) < 2:
+    raise ValueError(f"qpos must have at least 2 poses to difference, got {len(qpos)}")
+  qvel, qacc = np.zeros((len(qpos), model.nv)), np.zeros((len(qpos), model.nv))
+  edges = [0, *(np.flatnonzero(np.diff(contact)) + 1).tolist(), len(qpos)]
+  for begin, end in zip(edges[:-1], edges[1:], strict=True):
+    lo, hi = (begin, end) if contact[begin] else (max(begin - 1, 0), min(end + 1, len(qpos)))
+    if hi - lo < 2:
+      where = "on the floor" if contact[begin] else "in flight"
+      raise ValueError(f"contact: the phase of poses {begin}..{end - 1} ({where}) has fewer than "
+                       f"2 poses to difference")
+    rate = velocities(model, qpos[lo:hi], dt)
+    keep = slice(begin - lo, end - lo)
+    qvel[begin:end], qacc[begin:end] = rate[keep], np.gradient(rate, dt, axis=0)[keep]
+  return qvel, qacc
 
 
 def angular_momentum(model: mujoco.MjModel, data: mujoco.MjData | None, qpos: Any, qvel: Any,
