@@ -654,32 +654,21 @@ def plan_landing(sim, cfg: Config, start, ctrl: np.ndarray, z, nstep: int, ensem
 
 def landing_replay(sim, cfg: Config, params, start, holds: np.ndarray, knots, nstep: int,
                    stand_height: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-  """The closed loop on the robots of params: the plan to knot decide, the hold chosen from
-  each robot's state (control.choose_tail on the nominal model), the tilt chosen likewise, then
-  the landing MPC (control.receding_horizon_fleet). Every physics step's states and sensordata
-  and each robot's (hold, tilt)."""
+  """The closed loop on the robots of params: the plan to knot decide, the hold and then the
+  tilt chosen from each robot's state on the nominal model (control.fly_variants), the landing
+  MPC (control.receding_horizon_fleet). Every physics step's states and sensordata and each
+  robot's (hold, tilt)."""
   decide, tilt_at, land_from = (int(k) for k in knots)
-  band = cfg.capture[3] / cfg.capture[2]
 
   def score(xs, sensors, obs):
     pitch, bad, cp = touchdowns(sim, cfg, xs, sensors, obs, nstep)
     return landing_miss(cfg, pitch, cp) + 10.0 * bad
 
-  def choose(states, candidates, knot):
-    tails = candidates[:, :, knot:knot + min(cfg.span, len(holds[0, 0]) - knot)]
-    return np.asarray(control.choose_tail(sim.params(1), states, tails, nstep, score,
-                                          observe=("subtree_com", "xpos"), keep_first=band))
-
-  xs, sensors = control.open_loop(params, start, holds[0, 0, :decide], nstep)
-  n = xs.shape[0]
-  hold = choose(xs[:, -1], np.broadcast_to(holds[:, 0], (n, *holds[:, 0].shape)), decide)
-  parts = [(xs, sensors), control.open_loop(params, xs[:, -1], holds[hold, 0, decide:tilt_at],
-                                            nstep)]
-  tilt = choose(parts[-1][0][:, -1], holds[hold], tilt_at)
-  if land_from > tilt_at:
-    parts.append(control.open_loop(params, parts[-1][0][:, -1],
-                                   holds[hold, tilt, tilt_at:land_from], nstep))
-  ctrls = holds[hold, tilt]
+  flown = control.fly_variants(params, sim.params(1), start, holds, (decide, tilt_at), nstep,
+                               score, end=land_from, span=cfg.span,
+                               observe=("subtree_com", "xpos"),
+                               keep_first=cfg.capture[3] / cfg.capture[2])
+  ctrls, n = flown.ctrls, len(flown.ctrls)
   samples, knots_n, noise, iterations, elites, std_min = cfg.land_mpc
   cost = motion.standing_cost(sim, floor_columns(sim), FEET, ctrls[0, -1], stand_height,
                               motion.StandingWeights(*cfg.land_weights))
@@ -691,11 +680,10 @@ def landing_replay(sim, cfg: Config, params, start, holds: np.ndarray, knots, ns
   key = jax.random.key(cfg.land_seed)
   keys = jax.vmap(lambda i: jax.random.split(jax.random.fold_in(key, i), len(ctrls[0]) - land_from)
                   )(jnp.arange(n))
-  run = control.receding_horizon_fleet(planner, params, parts[-1][0][:, -1], ctrls, keys,
+  run = control.receding_horizon_fleet(planner, params, flown.states[:, -1], ctrls, keys,
                                        first=land_from)
-  parts.append((run.states, run.sensordata))
-  return (np.concatenate([np.asarray(x) for x, _ in parts], axis=1),
-          np.concatenate([np.asarray(s) for _, s in parts], axis=1), np.stack([hold, tilt], 1))
+  return (np.concatenate([flown.states, np.asarray(run.states)], axis=1),
+          np.concatenate([flown.sensordata, np.asarray(run.sensordata)], axis=1), flown.chosen)
 
 
 # --------------------------------------------------------------------- evaluation and summary

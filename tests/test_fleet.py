@@ -271,3 +271,40 @@ def test_plan_variants_hold_a_knot_and_offset_a_window():
   assert variants[0, 2, 4, 0] == -1.0 and variants[0, 2, 4, 1] == ctrl[4, 1]  # clipped; not chosen
   plain = control.plan_variants(ctrl, 8, holds=2)  # at the end: nothing to delay
   assert plain.shape == (2, 1, 8, 3) and np.array_equal(plain[1, 0], ctrl)
+
+
+def test_fly_variants_chooses_along_each_axis_from_each_robots_state(pendulum):
+  """Three robots of other masses fly a (hold x offset) grid, choosing the hold at knot 3 and the
+  offset at knot 6 by the final angle on the nominal model: each choice is choose_tail's from
+  that robot's state then, and the run is one open-loop rollout of the controls each robot flew,
+  bit for bit; after the last choice it flies on to `end`."""
+  params, starts, plans = robots_and_plans(pendulum)
+  start = starts[0]
+  variants = control.plan_variants(np.asarray(plans[0]), 3, holds=3, offsets=(0.0, -3.0, 3.0),
+                                   actuators=[0], window=(6, 10),
+                                   ctrlrange=pendulum.model.actuator_ctrlrange)
+  flown = control.fly_variants(params, pendulum.params(1), start, variants, (3, 6), NSTEP,
+                               final_angle, end=8, span=3)
+  assert flown.states.shape == (3, 8 * NSTEP, pendulum.nstate) and flown.chosen.shape == (3, 2)
+  before, _ = control.open_loop(params, start, variants[0, 0, :3], NSTEP)
+  hold = fleet.choose_tail(pendulum.params(1), before[:, -1], np.broadcast_to(
+    variants[:, 0, 3:6], (3, 3, 3, 1)), NSTEP, final_angle)
+  np.testing.assert_array_equal(flown.chosen[:, 0], np.asarray(hold))
+  flew = np.stack([np.concatenate([variants[0, 0, :3], variants[h, 0, 3:6],
+                                   variants[h, k, 6:8]]) for h, k in flown.chosen])
+  states, sensors = control.open_loop(params, start, flew, NSTEP)
+  np.testing.assert_array_equal(flown.states, np.asarray(states))
+  np.testing.assert_array_equal(flown.sensordata, np.asarray(sensors))
+  offset = fleet.choose_tail(pendulum.params(1), states[:, 6 * NSTEP - 1],
+                             variants[flown.chosen[:, 0], :, 6:9], NSTEP, final_angle)
+  np.testing.assert_array_equal(flown.chosen[:, 1], np.asarray(offset))
+  assert set(flown.chosen[:, 1].tolist()) == {2}  # +3 turns every robot furthest
+  np.testing.assert_array_equal(flown.ctrls, variants[tuple(flown.chosen.T)])
+  for choices, end, span, match in (((6, 3), 8, None, r"choices\[1\] must be an int in \[7, 8\]"),
+                                    ((3,), 8, None, r"variants must be a grid .* one axis per "
+                                     r"choice \(1\)"),
+                                    ((3, 6), 11, None, r"end must be an int in \[1, 10\]"),
+                                    ((3, 6), 8, 0, r"span must be an int >= 1")):
+    with pytest.raises(ValueError, match=match):
+      control.fly_variants(params, pendulum.params(1), start, variants, choices, NSTEP,
+                           final_angle, end=end, span=span)

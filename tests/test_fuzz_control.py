@@ -287,6 +287,15 @@ REFUSED = [
     p = sampling()
     control.receding_horizon(p, sim.params(1))(start, p.init(), 'key')
     """), r"key must be one PRNG key"),
+  # fly_variants(params, believed, start, variants, choices, nstep, score, ...).
+  ("fly_variants variants NaN", "control.fly_variants(sim.params(1), sim.params(1), start, "
+   "np.full((2, 3, 2), math.nan), (1,), 1, lambda *a: 0)", r"variants must not hold NaN"),
+  ("fly_variants choices a string", "control.fly_variants(sim.params(1), sim.params(1), start, "
+   "np.zeros((2, 3, 2)), 'ab', 1, lambda *a: 0)", r"choices must be a sequence of knots"),
+  ("fly_variants choice at 0", "control.fly_variants(sim.params(1), sim.params(1), start, "
+   "np.zeros((2, 3, 2)), (0,), 1, lambda *a: 0)", r"choices\[0\] must be an int in \[1, 3\]"),
+  ("fly_variants variants empty", "control.fly_variants(sim.params(1), sim.params(1), start, "
+   "np.zeros((0, 3, 2)), (1,), 1, lambda *a: 0)", r"variants must be a grid .*none empty"),
   # plan_variants(ctrl, at, holds=, offsets=, actuators=, window=, ctrlrange=).
   ("plan_variants ctrl 1-D", "control.plan_variants(np.zeros(3), 1)",
    r"ctrl must have shape \(any, any\), got \(3,\)"),

@@ -38,7 +38,7 @@ from mjbatch_jax.control.sampling import (
   sampling,
 )
 from mjbatch_jax.control.search import CEMIteration, CEMSearchResult, cem_search
-from mjbatch_jax.control.variants import plan_variants
+from mjbatch_jax.control.variants import FlownVariants, fly_variants, plan_variants
 
 
 def __getattr__(name: str) -> Any:
@@ -59,6 +59,7 @@ __all__ = [
   "Cost",
   "EnsembleGuard",
   "FleetRun",
+  "FlownVariants",
   "ILQR_STOPS",
   "ILQRPlan",
   "ILQRResult",
@@ -74,6 +75,7 @@ __all__ = [
   "box_qp",
   "cem_search",
   "cem_update",
+  "fly_variants",
   "choose_tail",
   "closed_loop",
   "ensemble_guard",

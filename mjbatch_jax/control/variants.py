@@ -2,19 +2,25 @@
 
 What control.choose_tail picks from. A robot that takes off a little slow needs its tuck held a
 knot or two longer; one that turns a little fast needs its hips opened earlier. Both are small
-edits of the one plan, made on the host before the run:
+edits of the one plan, made on the host before the run (plan_variants), and chosen by each robot
+from its own state as it flies (fly_variants):
 
   variants = control.plan_variants(plan, 60, holds=4, offsets=(0.0, 0.2, -0.2),
                                    actuators=[hip, waist], window=(70, 73))
   # variants[h, k]: knot 59 held h knots more, then offsets[k] on the hip and waist over 70-72
+  flown = control.fly_variants(robots, sim.params(1), start, variants, (60, 70), 10, score)
 """
 
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Callable, Sequence
+from typing import Any, NamedTuple
 
+import jax
 import numpy as np
 
 from mjbatch_jax import _validate as v
+from mjbatch_jax.control.fleet import choose_tail
+from mjbatch_jax.control.replay import open_loop
+from mjbatch_jax.params import Params
 
 
 def plan_variants(ctrl: Any, at: int, *, holds: int = 1, offsets: Sequence[float] = (0.0,),
@@ -86,4 +92,96 @@ def plan_variants(ctrl: Any, at: int, *, holds: int = 1, offsets: Sequence[float
   return out if ctrlrange is None else np.clip(out, *ctrlrange.T)
 
 
-__all__ = ["plan_variants"]
+class FlownVariants(NamedTuple):
+  """What fly_variants returns, the robots as rows.
+
+  Attributes:
+    states: (N, end * nstep, nstate) every physics step's state, from the start to knot end.
+    sensordata: (N, end * nstep, nsensordata) every physics step's sensordata.
+    chosen: (N, len(choices)) each robot's index along each of the grid's axes.
+    ctrls: (N, F, nu) each robot's chosen variant: the plan it flies on from knot end.
+  """
+
+  states: np.ndarray
+  sensordata: np.ndarray
+  chosen: np.ndarray
+  ctrls: np.ndarray
+
+
+def fly_variants(params: Params, believed: Params, start: Any, variants: Any,
+                 choices: Sequence[int], nstep: int,
+                 score: Callable[[jax.Array, jax.Array, dict], Any], *, end: int | None = None,
+                 span: int | None = None, observe: Sequence[str] = (),
+                 keep_first: float | None = None) -> FlownVariants:
+  """N robots fly a grid of plan variants, each choosing along one axis at each choice's knot.
+
+  variants is a grid (A_0, ..., A_{C-1}, F, nu), as plan_variants makes for C = 2. Every robot
+  flies variant [0, ..., 0] open loop to knot choices[0]; there it picks its index along axis 0
+  (the later axes at 0) by control.choose_tail on `believed` from its own state, flies its pick
+  to choices[1], picks along axis 1 among the variants that share its first index, and so on;
+  after the last choice it flies its variant to knot `end`. Each choice rolls the candidates'
+  knots from the choice's knot to `span` knots later (or the plan's end) on believed, one
+  rollout call for all robots; score, observe and keep_first are choose_tail's.
+
+  Args:
+    params: Params of the N robots flown (leaves (N, ...)).
+    believed: Params of the model the robots are believed to be (one row, or one per robot).
+    start: (nstate,) or (N, nstate) the robots' first states.
+    variants: (A_0, ..., A_{C-1}, F, nu) the grid of plans, finite.
+    choices: C knots, 1 <= choices[0] < ... < choices[C - 1] <= end.
+    nstep: physics steps per knot.
+    score: choose_tail's score(states, sensordata, obs) -> (rows,); the least wins.
+    end: the knot the flight stops at (default F).
+    span: knots each choice looks ahead (default: to the plan's end).
+    observe, keep_first: as choose_tail's.
+
+  Returns:
+    A FlownVariants: every physics step to knot end, the choices, each robot's plan.
+
+  Raises:
+    ValueError: a shape or knot is out of range (named in the message); choose_tail's and
+      open_loop's refusals for the rest.
+
+  Example:
+    variants = control.plan_variants(plan, decide, holds=5, offsets=tilts, actuators=hips,
+                                     window=(tilt_at, tilt_at + 3))
+    flown = control.fly_variants(robots, sim.params(1), start, variants, (decide, tilt_at), 10,
+                                 score, observe=("subtree_com",), keep_first=0.25)
+    flown.chosen[:, 0], flown.ctrls        # each robot's hold, and the plan it flies on
+  """
+  given = variants
+  shape = v.array("variants", variants, finite=True).shape
+  if isinstance(choices, (str, bytes)) or not isinstance(choices, Sequence):
+    raise ValueError(f"choices must be a sequence of knots, got {v.shown(choices)}")
+  axes = len(choices)
+  if axes == 0 or len(shape) != axes + 2 or 0 in shape:
+    raise ValueError(f"variants must be a grid (A_0, ..., A_{{C-1}}, F, nu) with one axis per "
+                     f"choice ({axes}), none empty, got shape {tuple(shape)}")
+  frames = shape[-2]
+  end = frames if end is None else v.integer("end", end, 1, frames)
+  knots = []
+  for i, knot in enumerate(choices):
+    knots.append(v.integer(f"choices[{i}]", knot, knots[-1] + 1 if knots else 1, end))
+  span = frames if span is None else v.integer("span", span, 1)
+  variants = np.asarray(given, np.float64)
+  parts = [open_loop(params, start, variants[(0,) * axes][:knots[0]], nstep)]
+  count = parts[0][0].shape[0]
+  chosen = np.zeros((count, axes), int)
+  for axis, knot in enumerate(knots):
+    if axis:  # fly the picks so far from the last choice's knot to this one
+      flying = variants[tuple(chosen[:, :axis].T)][(slice(None),) + (0,) * (axes - axis)]
+      parts.append(open_loop(params, parts[-1][0][:, -1], flying[:, knots[axis - 1]:knot], nstep))
+    rows = variants[tuple(chosen[:, :axis].T)] if axis else np.broadcast_to(
+      variants, (count, *variants.shape))
+    candidates = rows[(slice(None), slice(None)) + (0,) * (axes - axis - 1)]
+    tails = candidates[:, :, knot:knot + min(span, frames - knot)]
+    chosen[:, axis] = np.asarray(choose_tail(believed, parts[-1][0][:, -1], tails, nstep, score,
+                                             observe=observe, keep_first=keep_first))
+  ctrls = variants[tuple(chosen.T)]
+  if end > knots[-1]:
+    parts.append(open_loop(params, parts[-1][0][:, -1], ctrls[:, knots[-1]:end], nstep))
+  return FlownVariants(np.concatenate([np.asarray(x) for x, _ in parts], axis=1),
+                       np.concatenate([np.asarray(s) for _, s in parts], axis=1), chosen, ctrls)
+
+
+__all__ = ["FlownVariants", "fly_variants", "plan_variants"]
