@@ -75,6 +75,11 @@ def g1_robots(sim: Any, seeds: dict[str, int] | None = None) -> ensemble.Ensembl
                            select={"geom_friction": ["floor"]}, set_const=True, seeds=seeds)
 
 
+def g1_at_rest(sim: Any, qpos: Any) -> Any:
+  """A state row at rest in the G1's pose qpos (nq,), its servos holding the pose's angles."""
+  return sim.init_state(1)[0].at[sim.layout.qpos].set(qpos).at[sim.layout.ctrl].set(qpos[7:])
+
+
 def g1_ik_posture(model: mujoco.MjModel) -> np.ndarray:
   """The G1's standing keyframe with the legs bent (hip pitch -0.3, knee 0.6, ankle pitch -0.3
   rad): its straight knees are singular for an IK, whose posture task pulls away from them."""

@@ -407,13 +407,6 @@ def tracking_cost(sim: mjbatch_jax.Simulator, clip: dict) -> control.Cost:
                               **common.G1_TRACKING)
 
 
-def start_state(sim: mjbatch_jax.Simulator, clip: dict) -> jax.Array:
-  """At rest in the clip's first pose, the servos holding it."""
-  lay = sim.layout
-  return sim.init_state(1)[0].at[lay.qpos].set(clip["qpos"][0]).at[lay.ctrl].set(
-    clip["qpos"][0, 7:])
-
-
 def robots(sim: mjbatch_jax.Simulator, seed: int) -> Ensemble:
   """common.g1_robots, one seed for all purposes (their names keep their robots apart)."""
   return common.g1_robots(sim, dict.fromkeys(PURPOSES, seed))
@@ -757,7 +750,8 @@ def solve(args: argparse.Namespace, cfg: Config) -> dict:
   nstep = round(FRAME_DT / model.opt.timestep)
   clip, report = prepare(model, cfg)
   with mjbatch_jax.Simulator(model, num_threads=args.threads) as sim:
-    ensemble, cost, start = robots(sim, args.seed), tracking_cost(sim, clip), start_state(sim, clip)
+    ensemble, cost = robots(sim, args.seed), tracking_cost(sim, clip)
+    start = common.g1_at_rest(sim, clip["qpos"][0])
     watch = common.Stopwatch()
     with watch():
       # Up to the push, the cheaper of the two warm starts; from it on, the program.

@@ -137,8 +137,7 @@ def setup(args, frames: int):
   model = mujoco.MjModel.from_xml_path(str(common.robot_scene(args.model, "unitree_g1")))
   sim = mjbatch_jax.Simulator(model, num_threads=args.threads)
   ref = reference(model, frames)
-  start = sim.init_state(1)[0].at[sim.layout.qpos].set(ref["qpos"][0]).at[sim.layout.ctrl].set(
-    ref["qpos"][0, 7:])  # at rest in the first pose, the servos holding it
+  start = common.g1_at_rest(sim, ref["qpos"][0])
   version = common.model_fingerprint(model, KEYFRAMES, TRACKED, FRAME_DT,
                                      *common.g1_tracking_parts())
   return model, sim, ref, start, version

@@ -395,7 +395,7 @@ def test_g1_backflip_warm_start_flips_and_its_guard_keeps_it():
   clip, _ = flip.prepare(model, cfg, log=lambda *_: None)
   nstep = round(flip.FRAME_DT / model.opt.timestep)
   with flip.mjbatch_jax.Simulator(model, num_threads=2) as sim:
-    start = flip.start_state(sim, clip)
+    start = flip.common.g1_at_rest(sim, clip["qpos"][0])
     cost = flip.tracking_cost(sim, clip)
     base = min((clip["angles"], clip["servo"]), key=lambda u: float(
       flip.control.plan_cost(cost, sim.params(1), start, u, nstep)[0]))

@@ -129,6 +129,27 @@ def test_g1_synergies_name_both_sides_and_refuse_a_missing_servo():
     common.g1_synergies(model, ("knee", "tail"))
 
 
+def test_g1_at_rest_holds_the_pose_it_starts_in():
+  """The state's pose is qpos, its servo targets qpos's joint angles, nothing moving; MuJoCo
+  reads the row back as that pose and those controls."""
+  import mjbatch_jax
+  from tests.models import G1, MODELS_MISSING
+
+  if not G1.exists():
+    pytest.skip(MODELS_MISSING)
+  model = common.g1_scene(None)
+  qpos = model.key_qpos[0].copy()
+  qpos[7:] += 0.05
+  with mjbatch_jax.Simulator(model, num_threads=1) as sim:
+    row = np.asarray(common.g1_at_rest(sim, qpos))
+    np.testing.assert_array_equal(row[sim.layout.qpos], qpos)
+    np.testing.assert_array_equal(row[sim.layout.ctrl], qpos[7:])
+    assert not row[sim.layout.qvel].any()
+    data = mujoco.MjData(model)
+    mujoco.mj_setState(model, data, row, mujoco.mjtState.mjSTATE_INTEGRATION)
+    assert np.array_equal(data.ctrl, qpos[7:]) and np.array_equal(data.qpos, qpos)
+
+
 def test_config_flags_set_a_frozen_configs_fields():
   @dataclasses.dataclass(frozen=True)
   class Config:
