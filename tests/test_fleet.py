@@ -1,6 +1,8 @@
 """control.fleet: the receding horizon on many robots against receding_horizon's own loop, and the
 choice among plan tails on cases whose answer is known."""
 
+import functools
+
 import jax
 import jax.numpy as jnp
 import mujoco
@@ -308,3 +310,30 @@ def test_fly_variants_chooses_along_each_axis_from_each_robots_state(pendulum):
     with pytest.raises(ValueError, match=match):
       control.fly_variants(params, pendulum.params(1), start, variants, choices, NSTEP,
                            final_angle, end=end, span=span)
+
+
+def test_fly_variants_refuses_bad_input_before_any_custom_call(pendulum, no_custom_calls):
+  """Every choice's score, the believed model and the first flight's arguments are checked
+  before the first physics step: a score of the wrong shape for the second choice too."""
+  params, starts, plans = robots_and_plans(pendulum)
+  variants = control.plan_variants(np.asarray(plans[0]), 3, holds=3, offsets=(0.0, 1.0))
+
+  def per_step(xs, sensors, obs):  # (rows, steps): not one number per rollout
+    return sensors[..., 0]
+
+  fly = functools.partial(control.fly_variants, params, pendulum.params(1), starts[0], variants,
+                          (3, 6), NSTEP)
+  with pytest.raises(ValueError, match=r"score must return \(9,\) floating-point numbers"):
+    fly(per_step)
+  with pytest.raises(ValueError, match=r"keep_first must be"):
+    fly(final_angle, keep_first="tight")  # pyright: ignore[reportArgumentType]
+  with pytest.raises(ValueError, match=r"observe must be a sequence of mjData field names"):
+    fly(final_angle, observe="xpos")
+  with pytest.raises(ValueError, match=r"start must be a state row"):
+    control.fly_variants(params, pendulum.params(1), np.zeros(5), variants, (3, 6), NSTEP,
+                         final_angle)
+  with pytest.raises(ValueError, match=r"variants must end in nu=1 controls"):
+    control.fly_variants(params, pendulum.params(1), starts[0], np.zeros((3, 2, 10, 2)), (3, 6),
+                         NSTEP, final_angle)
+  with pytest.raises(ValueError, match=r"choices\[1\] must be an int in \[4, 9\], got 10"):
+    fly.func(*fly.args[:4], (3, 10), NSTEP, final_angle)

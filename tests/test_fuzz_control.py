@@ -293,7 +293,7 @@ REFUSED = [
   ("fly_variants choices a string", "control.fly_variants(sim.params(1), sim.params(1), start, "
    "np.zeros((2, 3, 2)), 'ab', 1, lambda *a: 0)", r"choices must be a sequence of knots"),
   ("fly_variants choice at 0", "control.fly_variants(sim.params(1), sim.params(1), start, "
-   "np.zeros((2, 3, 2)), (0,), 1, lambda *a: 0)", r"choices\[0\] must be an int in \[1, 3\]"),
+   "np.zeros((2, 3, 2)), (0,), 1, lambda *a: 0)", r"choices\[0\] must be an int in \[1, 2\]"),
   ("fly_variants variants empty", "control.fly_variants(sim.params(1), sim.params(1), start, "
    "np.zeros((0, 3, 2)), (1,), 1, lambda *a: 0)", r"variants must be a grid .*none empty"),
   # plan_variants(ctrl, at, holds=, offsets=, actuators=, window=, ctrlrange=).

@@ -651,6 +651,9 @@ REFUSED = [
   ("SynergyProgram z of a partial phase", "program()(np.zeros(5))",
    r"a program must be P phases of 3 numbers .*got shape \(5,\)"),
   ("SynergyProgram z empty", "program().masks(np.zeros(0))", r"a program must be P phases"),
+  ("SynergyProgram z a string", "program()('crouch')", r"z must be an array of numbers"),
+  ("SynergyProgram base of no knot", "program(base=np.zeros((0, 2)))",
+   r"base must hold at least one knot's controls"),
 ]
 
 # Snippets whose own asserts state the fixed behaviour: (name, snippet).

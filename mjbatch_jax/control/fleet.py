@@ -210,6 +210,43 @@ def _fleet_impl(planner, horizon, nstep, vmap_planners, params, starts, ctrls, k
                   us.swapaxes(0, 1), info, failed.swapaxes(0, 1))
 
 
+def check_choice(spec: Any, rows: int | None, n: int, k: int, horizon: int, nstep: Any,
+                 score: Any, observe: Any, keep_first: Any, dtype: Any = jnp.float64
+                 ) -> tuple[int, tuple[str, ...], float | None]:
+  """choose_tail's checks of its params' rows, nstep, score (its output's shape, traced on
+  ShapeDtypeStructs), observe and keep_first for N robots choosing among K tails of T knots,
+  before any physics runs; (nstep, observe, keep_first) as choose_tail uses them."""
+  if rows not in (None, 1, n):
+    raise ValueError(f"params must be of one simulation or of the N={n} robots, got {rows} rows")
+  nstep = pl.check_count("nstep", nstep)
+  if not callable(score):
+    raise ValueError(f"score must be a function (states, sensordata, obs) -> (N K,) numbers, "
+                     f"got {v.shown(score)}")
+  if isinstance(observe, str) or not all(isinstance(f, str) for f in observe):
+    raise ValueError(f"observe must be a sequence of mjData field names, got {v.shown(observe)}")
+  observe = tuple(observe)
+  shapes = {name: _checks.forward_shape(spec, name) for name in observe}
+  if keep_first is not None:
+    keep_first = v.number("keep_first", keep_first, allow_inf=True)
+  rollouts, steps = n * k, horizon * nstep
+  struct = jax.ShapeDtypeStruct
+  try:
+    out = jax.eval_shape(score, struct((rollouts, steps, spec.nstate), dtype),
+                         struct((rollouts, steps, spec.nsensordata), dtype),
+                         {name: struct((rollouts, steps, *s), dtype)
+                          for name, s in shapes.items()})
+  except Exception as e:
+    raise ValueError(f"score(states ({rollouts}, {steps}, {spec.nstate}), sensordata "
+                     f"({rollouts}, {steps}, {spec.nsensordata}), obs) failed: "
+                     f"{type(e).__name__}: {e}") from e
+  if (not hasattr(out, "shape") or out.shape != (rollouts,)
+      or not jnp.issubdtype(out.dtype, jnp.floating)):
+    raise ValueError(f"score must return ({rollouts},) floating-point numbers, one per rollout "
+                     f"(N K = {n} x {k}), got {getattr(out, 'shape', type(out).__name__)} of "
+                     f"{getattr(out, 'dtype', '')}")
+  return nstep, observe, keep_first
+
+
 def choose_tail(params: Params, states: Any, candidates: Any, nstep: int,
                 score: Callable[[jax.Array, jax.Array, dict], Any], *,
                 observe: Sequence[str] = (), keep_first: float | None = None,
@@ -257,35 +294,10 @@ def choose_tail(params: Params, states: Any, candidates: Any, nstep: int,
   if k < 1 or horizon < 1:
     raise ValueError(f"candidates must hold K >= 1 tails of T >= 1 controls, got "
                      f"{tuple(candidates.shape)}")
-  if rows not in (None, 1, n):
-    raise ValueError(f"params must be of one simulation or of the N={n} robots, got {rows} rows")
-  nstep = pl.check_count("nstep", nstep)
-  if not callable(score):
-    raise ValueError(f"score must be a function (states, sensordata, obs) -> (N K,) numbers, "
-                     f"got {v.shown(score)}")
-  if isinstance(observe, str) or not all(isinstance(f, str) for f in observe):
-    raise ValueError(f"observe must be a sequence of mjData field names, got {v.shown(observe)}")
-  observe = tuple(observe)
-  shapes = {name: _checks.forward_shape(spec, name) for name in observe}
-  if keep_first is not None:
-    keep_first = v.number("keep_first", keep_first, allow_inf=True)
+  nstep, observe, keep_first = check_choice(spec, rows, n, k, horizon, nstep, score, observe,
+                                            keep_first, states.dtype)
   return_scores = v.flag("return_scores", return_scores)
-  rollouts, steps = n * k, horizon * nstep
-  struct = jax.ShapeDtypeStruct
-  try:
-    out = jax.eval_shape(score, struct((rollouts, steps, spec.nstate), states.dtype),
-                         struct((rollouts, steps, spec.nsensordata), states.dtype),
-                         {name: struct((rollouts, steps, *s), states.dtype)
-                          for name, s in shapes.items()})
-  except Exception as e:
-    raise ValueError(f"score(states ({rollouts}, {steps}, {spec.nstate}), sensordata "
-                     f"({rollouts}, {steps}, {spec.nsensordata}), obs) failed: "
-                     f"{type(e).__name__}: {e}") from e
-  if (not hasattr(out, "shape") or out.shape != (rollouts,)
-      or not jnp.issubdtype(out.dtype, jnp.floating)):
-    raise ValueError(f"score must return ({rollouts},) floating-point numbers, one per rollout "
-                     f"(N K = {n} x {k}), got {getattr(out, 'shape', type(out).__name__)} of "
-                     f"{getattr(out, 'dtype', '')}")
+  rollouts = n * k
 
   starts = jnp.repeat(states, k, axis=0)
   held = jnp.repeat(candidates.reshape(rollouts, horizon, nu), nstep, axis=1)

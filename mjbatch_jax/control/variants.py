@@ -18,8 +18,8 @@ import jax
 import numpy as np
 
 from mjbatch_jax import _validate as v
-from mjbatch_jax.control.fleet import choose_tail
-from mjbatch_jax.control.replay import open_loop
+from mjbatch_jax.control.fleet import check_choice, choose_tail
+from mjbatch_jax.control.replay import _inputs, open_loop, params_rows
 from mjbatch_jax.params import Params
 
 
@@ -128,7 +128,7 @@ def fly_variants(params: Params, believed: Params, start: Any, variants: Any,
     believed: Params of the model the robots are believed to be (one row, or one per robot).
     start: (nstate,) or (N, nstate) the robots' first states.
     variants: (A_0, ..., A_{C-1}, F, nu) the grid of plans, finite.
-    choices: C knots, 1 <= choices[0] < ... < choices[C - 1] <= end.
+    choices: C knots, 1 <= choices[0] < ... < choices[C - 1] <= min(end, F - 1).
     nstep: physics steps per knot.
     score: choose_tail's score(states, sensordata, obs) -> (rows,); the least wins.
     end: the knot the flight stops at (default F).
@@ -139,8 +139,9 @@ def fly_variants(params: Params, believed: Params, start: Any, variants: Any,
     A FlownVariants: every physics step to knot end, the choices, each robot's plan.
 
   Raises:
-    ValueError: a shape or knot is out of range (named in the message); choose_tail's and
-      open_loop's refusals for the rest.
+    ValueError: a shape or knot is out of range (named in the message), or an argument that
+      open_loop or choose_tail would refuse (score's output shape included): before any
+      physics runs.
 
   Example:
     variants = control.plan_variants(plan, decide, holds=5, offsets=tilts, actuators=hips,
@@ -161,11 +162,24 @@ def fly_variants(params: Params, believed: Params, start: Any, variants: Any,
   end = frames if end is None else v.integer("end", end, 1, frames)
   knots = []
   for i, knot in enumerate(choices):
-    knots.append(v.integer(f"choices[{i}]", knot, knots[-1] + 1 if knots else 1, end))
+    knots.append(v.integer(f"choices[{i}]", knot, knots[-1] + 1 if knots else 1,
+                           min(end, frames - 1)))
   span = frames if span is None else v.integer("span", span, 1)
   variants = np.asarray(given, np.float64)
+  # Every argument checked before any physics runs: the first flight's, then each choice's.
+  nu = params_rows(params)[0].nu
+  if shape[-1] != nu:
+    raise ValueError(f"variants must end in nu={nu} controls, got shape {tuple(shape)}")
+  spec, count, start, _, nstep = _inputs(params, start, variants[(0,) * axes][:knots[0]], nstep)
+  believed_spec, believed_rows = params_rows(believed)
+  if (believed_spec.nstate, believed_spec.nu) != (spec.nstate, spec.nu):
+    raise ValueError("believed must be Params of the robots' model (its state and controls' "
+                     "sizes)")
+  for axis, knot in enumerate(knots):
+    nstep, observe, keep_first = check_choice(
+      believed_spec, believed_rows, count, shape[axis], min(span, frames - knot), nstep, score,
+      observe, keep_first, start.dtype)
   parts = [open_loop(params, start, variants[(0,) * axes][:knots[0]], nstep)]
-  count = parts[0][0].shape[0]
   chosen = np.zeros((count, axes), int)
   for axis, knot in enumerate(knots):
     if axis:  # fly the picks so far from the last choice's knot to this one

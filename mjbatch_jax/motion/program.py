@@ -70,6 +70,8 @@ class SynergyProgram:
     if base.ndim == 2 and frames is not None and v.integer("frames", frames, 1) != len(base):
       raise ValueError(f"frames ({frames}) must be base's first dimension ({len(base)})")
     self.frames = len(base) if base.ndim == 2 else v.integer("frames", frames, 1)
+    if self.frames < 1:
+      raise ValueError(f"base must hold at least one knot's controls, got shape {base.shape}")
     self.base = base
     self.dt = v.number("dt", dt, 0.0, low_open=True)
     self.start = v.number("start", start, 0.0)
@@ -89,7 +91,7 @@ class SynergyProgram:
 
   def phases(self, z: Any) -> Any:
     """z as (P, S + 1)."""
-    z = jnp.asarray(z)
+    z = v.array("z", z)
     width = len(self.synergy) + 1
     if z.size == 0 or z.size % width:
       raise ValueError(f"a program must be P phases of {width} numbers (S targets and a "
