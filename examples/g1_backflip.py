@@ -557,8 +557,7 @@ def landing_push(sim, cfg: Config, start, ctrl: np.ndarray, z, nstep: int, decid
   on push_check robots is flown (the best of noisy scores is the luckiest draw)."""
   model, warm = sim.model, program(sim.model, cfg, ctrl)
   pushes = warm.masks(z, decide)[:-3]  # before the tuck, open and settle
-  synergy = jnp.asarray(warm.synergy)
-  chosen = synergy.sum(axis=0) > 0
+  synergy, chosen = jnp.asarray(warm.synergy), jnp.asarray(warm.chosen)
   lo, hi = (jnp.asarray(b) for b in model.actuator_ctrlrange.T)
   base = jnp.asarray(ctrl[:decide])
   span = min(cfg.span, len(ctrl) - decide)

@@ -303,6 +303,8 @@ REFUSED = [
    r"ctrl must not hold NaN or inf"),
   ("plan_variants ctrl empty", "control.plan_variants(np.zeros((0, 2)), 1)",
    r"ctrl must hold at least one knot"),
+  ("plan_variants ctrl a list of no control", "control.plan_variants([[], []], 1)",
+   r"ctrl must hold at least one knot of at least one control, got shape \(2, 0\)"),
   ("plan_variants at 0", "control.plan_variants(np.zeros((3, 2)), 0)",
    r"at must be an int in \[1, 3\], got 0"),
   ("plan_variants at past the end", "control.plan_variants(np.zeros((3, 2)), 4)",

@@ -58,7 +58,7 @@ def plan_variants(ctrl: Any, at: int, *, holds: int = 1, offsets: Sequence[float
   frames, nu = v.array("ctrl", ctrl, (None, None), finite=True).shape
   if frames == 0 or nu == 0:
     raise ValueError(f"ctrl must hold at least one knot of at least one control, got shape "
-                     f"{ctrl.shape}")
+                     f"{(frames, nu)}")
   at = v.integer("at", at, 1, frames)
   holds = v.integer("holds", holds, 1)
   if isinstance(offsets, (str, bytes)) or not isinstance(offsets, Sequence | np.ndarray):
@@ -170,7 +170,8 @@ def fly_variants(params: Params, believed: Params, start: Any, variants: Any,
   nu = params_rows(params)[0].nu
   if shape[-1] != nu:
     raise ValueError(f"variants must end in nu={nu} controls, got shape {tuple(shape)}")
-  spec, count, start, _, nstep = _inputs(params, start, variants[(0,) * axes][:knots[0]], nstep)
+  first = variants[(0,) * axes][:knots[0]]  # every robot flies variant [0, ..., 0] to the first
+  spec, count, start, _, nstep = _inputs(params, start, first, nstep)
   believed_spec, believed_rows = params_rows(believed)
   if (believed_spec.nstate, believed_spec.nu) != (spec.nstate, spec.nu):
     raise ValueError("believed must be Params of the robots' model (its state and controls' "
@@ -179,7 +180,7 @@ def fly_variants(params: Params, believed: Params, start: Any, variants: Any,
     nstep, observe, keep_first = check_choice(
       believed_spec, believed_rows, count, shape[axis], min(span, frames - knot), nstep, score,
       observe, keep_first, start.dtype)
-  parts = [open_loop(params, start, variants[(0,) * axes][:knots[0]], nstep)]
+  parts = [open_loop(params, start, first, nstep)]
   chosen = np.zeros((count, axes), int)
   for axis, knot in enumerate(knots):
     if axis:  # fly the picks so far from the last choice's knot to this one

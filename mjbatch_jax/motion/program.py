@@ -66,6 +66,7 @@ class SynergyProgram:
       raise ValueError(f"synergy must be (S, nu) with S, nu >= 1, got shape {self.synergy.shape}")
     if not np.all((self.synergy == 0) | (self.synergy == 1)) or np.any(self.synergy.sum(0) > 1):
       raise ValueError("synergy must hold 0 and 1, each actuator in at most one synergy")
+    self.chosen = self.synergy.sum(axis=0) > 0  # (nu,): the actuators some synergy sets
     base = numbers("base", base, (None, nu) if np.ndim(base) == 2 else (nu,))
     if base.ndim == 2 and frames is not None and v.integer("frames", frames, 1) != len(base):
       raise ValueError(f"frames ({frames}) must be base's first dimension ({len(base)})")
@@ -102,46 +103,44 @@ class SynergyProgram:
     """(P, frames) bool on the host: the knots each phase of a concrete z holds."""
     z = np.asarray(self.phases(z))
     frames = self.frames if frames is None else v.integer("frames", frames, 0)
-    t = self.dt * np.arange(frames)
-    span = z[:, -1] if self.durations is None else np.clip(z[:, -1], *self.durations)
-    ends = self.start + np.cumsum(span)
-    begins = np.r_[self.start, ends[:-1]]
-    return (t >= begins[:, None]) & (t < ends[:, None])
+    return self._phase_knots(np, z[:, -1], self.dt * np.arange(frames))[0]
 
   def __call__(self, z: Any) -> jax.Array:
     """(F, nu) the controls of program z (flat or (P, S + 1)); pure JAX."""
     z = self.phases(z)
-    synergy = jnp.asarray(self.synergy)
-    chosen = synergy.sum(axis=0) > 0
-    base = jnp.asarray(self.base)
+    base = jnp.broadcast_to(jnp.asarray(self.base), (self.frames, len(self.chosen)))
     t = self.dt * jnp.arange(self.frames)
-    span = z[:, -1] if self.durations is None else jnp.clip(z[:, -1], *self.durations)
-    if self.interpolation == "hold":
-      u = self._held(z[:, :-1] @ synergy, span, chosen, base, t)
-    else:
-      u = self._linear(z[:, :-1] @ synergy, span, chosen, base, t)
+    fill = self._held if self.interpolation == "hold" else self._linear
+    u = fill(z[:, :-1] @ jnp.asarray(self.synergy), z[:, -1], base, t)
     return u if self.ctrlrange is None else jnp.clip(u, *jnp.asarray(self.ctrlrange).T)
 
-  def _held(self, targets, span, chosen, base, t):
-    base = jnp.broadcast_to(base, (self.frames, base.shape[-1]))
+  def _phase_knots(self, xp: Any, span: Any, t: Any) -> tuple[Any, Any]:
+    """(P, len(t)) the knots each phase holds and (P,) the phases' ends, in numpy (xp=np, on
+    the host) or JAX (xp=jnp, traced): the durations clipped, the phases one after another."""
+    if self.durations is not None:
+      span = xp.clip(span, *self.durations)
+    ends = self.start + xp.cumsum(span)
+    begins = xp.concatenate([xp.array([self.start]), ends[:-1]])
+    return (t >= begins[:, None]) & (t < ends[:, None]), ends
+
+  def _held(self, targets, span, base, t):
+    chosen = self.chosen
     targets = jnp.where(chosen, targets, base[None, 0])
-    ends = self.start + jnp.cumsum(span)
-    begins = jnp.concatenate([jnp.array([self.start]), ends[:-1]])
+    on, ends = self._phase_knots(jnp, span, t)
     u = base
     for k in range(len(targets)):
-      on = (t >= begins[k]) & (t < ends[k])
-      u = jnp.where(on[:, None], jnp.where(chosen, targets[k], base), u)
+      u = jnp.where(on[k][:, None], jnp.where(chosen, targets[k], base), u)
     ramp = jnp.clip((t - ends[-1]) / self.ramp_s, 0.0, 1.0)[:, None]
     settle = jnp.where(chosen, targets[-1], base)
     return jnp.where((t >= ends[-1])[:, None], (1 - ramp) * settle + ramp * base[-1], u)
 
-  def _linear(self, targets, span, chosen, base, t):
-    rows = jnp.broadcast_to(base, (self.frames, base.shape[-1]))
-    first = rows[min(int(round(self.start / self.dt)), self.frames - 1)]
-    keys = jnp.concatenate([first[None], jnp.where(chosen, targets, first), rows[-1:]])
+  def _linear(self, targets, span, base, t):
+    if self.durations is not None:
+      span = jnp.clip(span, *self.durations)
+    first = base[min(int(round(self.start / self.dt)), self.frames - 1)]
+    keys = jnp.concatenate([first[None], jnp.where(self.chosen, targets, first), base[-1:]])
     times = self.start + jnp.cumsum(jnp.r_[0.0, span, self.ramp_s])
     u = jax.vmap(lambda column: jnp.interp(t, times, column), out_axes=1)(keys.T)
-    return jnp.where((t < self.start)[:, None], rows, u)
-
+    return jnp.where((t < self.start)[:, None], base, u)
 
 __all__ = ["INTERPOLATIONS", "SynergyProgram"]
