@@ -6,14 +6,11 @@
   python g1_backflip.py --reference         # build the reference, check its feasibility, stop
 
 The task: Config (fingerprinted into the saved plan), the reference's physics (a push at
-constant acceleration of the centre of mass, motion.ballistic_flight's full turn, the fall
-caught; joint angles by motion.IK), the flip's scores and the landing's task parts. The warm
-start is a program of synergy targets (rise, push, tuck, open, settle); iLQR tracks the reference
-under control.ensemble_guard; the push is searched again (control.cem_search) for where the
-landing catches each robot; in flight each robot chooses a longer tuck and a pelvis tilt
-(control.choose_tail), and a sampling MPC lands it (control.receding_horizon_fleet). Robots: one
-ensemble.Ensemble, a seed per purpose. docs/backflip.md: what the probes taught. The last line
-is JSON; `complete`: the closed loop turns at least 2 pi - 0.3 rad in flight.
+constant acceleration of the centre of mass, a ballistic full turn, the fall caught), the flip's
+scores and the landing's parts. A program of synergy targets (rise, push, tuck, open, settle)
+starts iLQR; the push is searched again for the landing; in flight each robot chooses a longer
+tuck and a pelvis tilt, and a sampling MPC lands it. docs/backflip.md: what the probes taught.
+The last line is JSON; `complete`: the closed loop turns at least 2 pi - 0.3 rad in flight.
 """
 
 import argparse
@@ -48,8 +45,8 @@ SIDES = ("left", "right")
 # The sole under each foot's four contact spheres, in the ankle roll link's frame (m).
 SOLE = motion.Sole(x=(-0.05, 0.12), half_width=0.025, z=-0.035)
 SYNERGIES = ("hip_pitch", "knee", "ankle_pitch", "waist_pitch", "shoulder_pitch", "elbow")
-# Each purpose's robots: the warm start's and the push's searches, the iLQR guard, the check that
-# picks the push's mean, and the evaluation reported.
+# Each purpose's robots (one seed for all: the names keep them apart): the warm start's and the
+# push's searches, the iLQR guard, the check that picks the push's mean, the evaluation.
 PURPOSES = ("search", "push", "guard", "push_check", "evaluation")
 TURN_TARGET = 2 * np.pi - 0.3  # rad: the flip is complete when the closed loop turns this far
 
@@ -174,27 +171,21 @@ class _Builder:
       out[f"{side}_elbow_joint"] = elbow
     return out
 
-  def pose(self, qpos, targets, free_root=True, iterations=60) -> tuple[np.ndarray, float]:
-    """(qpos, the largest foot / centre-of-mass error in m) for targets: "feet" (pos, quat)
-    each; "com" and "pelvis_quat" when the root is free; "joints" (the upper body)."""
+  def tasks(self, targets: dict, free_root: bool = True) -> list:
+    """IK tasks for targets: "feet" (pos, quat) each; "com" and "pelvis_quat" when the root is
+    free; "joints" (the upper body)."""
     tasks = []
     for foot, (pos, quat) in zip(FEET, targets["feet"], strict=True):
       tasks += [motion.BodyPosition(foot, pos), motion.BodyOrientation(foot, quat)]
     if free_root:
       tasks += [motion.CentreOfMass(targets["com"], body="pelvis"),
                 motion.BodyOrientation("pelvis", targets["pelvis_quat"])]
-    tasks.append(motion.JointAngles(targets["joints"]))
-    solution = self.ik.solve(qpos, tasks, iterations, free_root)
-    return solution.qpos, solution.error
+    return tasks + [motion.JointAngles(targets["joints"])]
 
   def stance(self, t: np.ndarray, qpos: np.ndarray, targets_at) -> tuple[np.ndarray, float]:
-    """IK at each time of a ground phase, warm-started from the previous frame."""
-    out, worst = [], 0.0
-    for ti in t:
-      qpos, error = self.pose(qpos, targets_at(ti))
-      out.append(qpos)
-      worst = max(worst, error)
-    return np.array(out).reshape(len(t), -1), worst
+    """IK at each time of a ground phase, each frame from the last: poses, the worst error."""
+    path = self.ik.solve_frames(qpos, (self.tasks(targets_at(ti)) for ti in t))
+    return path.qpos, float(path.error.max())
 
   def relative_feet(self, qpos: np.ndarray) -> np.ndarray:
     """(2, 4): each foot's x, y, z and pitch in the pelvis frame."""
@@ -230,7 +221,7 @@ def build_reference(model: mujoco.MjModel, cfg: Config, frames: int = CLIP_FRAME
             "joints": b.upper(*upper)}
 
   stand_target = ground(stand_com, 0.0, cfg.stand_upper)
-  q_stand, _ = b.pose(b.ik.posture.copy(), stand_target, iterations=500)
+  q_stand = b.ik.solve(b.ik.posture, b.tasks(stand_target), 500).qpos
 
   def before_push(ti: float) -> dict:
     if ti <= t_crouch:
@@ -244,8 +235,8 @@ def build_reference(model: mujoco.MjModel, cfg: Config, frames: int = CLIP_FRAME
   q_before, err_before = b.stance(t_all[:i_push + 1], q_stand, before_push)
   # The landing pose's and the tuck's feet in the pelvis frame end the flight's tuck and untuck.
   land_com = np.array([ankle_x + cfg.landing_com_x, 0.0, cfg.landing_com])
-  q_land, _ = b.pose(q_stand, ground(land_com, cfg.landing_pitch, cfg.landing_upper),
-                     iterations=500)
+  q_land = b.ik.solve(q_stand, b.tasks(ground(land_com, cfg.landing_pitch, cfg.landing_upper)),
+                      500).qpos
   rel_land = b.relative_feet(q_land)
   q_tuck = q_stand.copy()
   for side in SIDES:
@@ -287,21 +278,20 @@ def build_reference(model: mujoco.MjModel, cfg: Config, frames: int = CLIP_FRAME
     rel_off = b.relative_feet(q_push[-1])
     frozen = q_push[-1].copy()
     frozen[:7] = (0, 0, 0, 1, 0, 0, 0)
-    q_rel, worst = [], 0.0
-    for s in s_flight:
+
+    def tasks(s: float) -> list:
       if s <= cfg.tuck_in_s:
         rel = motion.quintic(rel_off, 0, 0, rel_tuck, 0, 0, cfg.tuck_in_s, s)
       else:
         rel = motion.quintic(rel_tuck, 0, 0, rel_land, 0, 0, cfg.tuck_out_s, s - t_out)
       upper = motion.quintic(cfg.takeoff_upper, (cfg.arm_rate, 0, 0), 0, cfg.landing_upper, 0, 0,
                              flight, s)
-      targets = {"feet": [(r[:3].copy(), motion.pitch_quat(r[3])) for r in rel],
-                 "joints": b.upper(*upper)}
-      frozen, error = b.pose(frozen, targets, free_root=False)
-      worst = max(worst, error)
-      q_rel.append(frozen)
-    return motion.ballistic_flight(model, np.array(q_rel), dt, pitch0=cfg.takeoff_pitch,
-                                   pitch1=theta_down, com0=c_off, vel0=v_off), worst
+      return b.tasks({"feet": [(r[:3].copy(), motion.pitch_quat(r[3])) for r in rel],
+                      "joints": b.upper(*upper)}, free_root=False)
+
+    path = b.ik.solve_frames(frozen, map(tasks, s_flight), free_root=False)
+    return motion.ballistic_flight(model, path.qpos, dt, pitch0=cfg.takeoff_pitch,
+                                   pitch1=theta_down, com0=c_off, vel0=v_off), path.error.max()
 
   def attempt(omega: float):
     """How far the momentum the push hands over misses what the flight needs."""
@@ -400,16 +390,6 @@ def prepare(model: mujoco.MjModel, cfg: Config, log=print) -> tuple[dict, dict]:
   angles = np.clip(qpos[np.minimum(np.arange(1, frames + 1), frames - 1), 7:],
                    *model.actuator_ctrlrange.T)  # the angles each knot ends at, as targets
   return {"qpos": qpos, "xpos": xpos, "xquat": xquat, "servo": servo, "angles": angles}, report
-
-
-def tracking_cost(sim: mjbatch_jax.Simulator, clip: dict) -> control.Cost:
-  return motion.tracking_cost(sim, clip["xpos"], clip["xquat"], clip["qpos"], TRACKED,
-                              **common.G1_TRACKING)
-
-
-def robots(sim: mjbatch_jax.Simulator, seed: int) -> Ensemble:
-  """common.g1_robots, one seed for all purposes (their names keep their robots apart)."""
-  return common.g1_robots(sim, dict.fromkeys(PURPOSES, seed))
 
 
 # ------------------------------------------------------------------------ the flip's numbers
@@ -555,20 +535,12 @@ def landing_push(sim, cfg: Config, start, ctrl: np.ndarray, z, nstep: int, decid
   plus 1 for a bad landing); a candidate the robots' mean, the nominal robot's once more and its
   turn short of push_turn. Of the means the search sampled about, the one with the least score
   on push_check robots is flown (the best of noisy scores is the luckiest draw)."""
-  model, warm = sim.model, program(sim.model, cfg, ctrl)
+  warm = program(sim.model, cfg, ctrl)
   pushes = warm.masks(z, decide)[:-3]  # before the tuck, open and settle
-  synergy, chosen = jnp.asarray(warm.synergy), jnp.asarray(warm.chosen)
-  lo, hi = (jnp.asarray(b) for b in model.actuator_ctrlrange.T)
-  base = jnp.asarray(ctrl[:decide])
+  plan = functools.partial(warm.retarget, ctrl[:decide], pushes)
   span = min(cfg.span, len(ctrl) - decide)
-  holds = tuck_holds(model, cfg, ctrl, decide, tilt)[:, 0, decide:decide + span]
+  holds = tuck_holds(sim.model, cfg, ctrl, decide, tilt)[:, 0, decide:decide + span]
   tails = jnp.repeat(jnp.asarray(holds), nstep, axis=1)
-
-  def plan(targets):
-    u = base
-    for on, target in zip(pushes, targets.reshape(len(pushes), -1), strict=True):
-      u = jnp.where(jnp.asarray(on)[:, None] & chosen, target @ synergy, u)
-    return jnp.clip(u, lo, hi)
 
   def misses(targets, params):
     """(candidates, robots) each robot's best miss; (candidates,) the nominal turn short."""
@@ -749,7 +721,9 @@ def solve(args: argparse.Namespace, cfg: Config) -> dict:
   nstep = round(FRAME_DT / model.opt.timestep)
   clip, report = prepare(model, cfg)
   with mjbatch_jax.Simulator(model, num_threads=args.threads) as sim:
-    ensemble, cost = robots(sim, args.seed), tracking_cost(sim, clip)
+    ensemble = common.g1_robots(sim, dict.fromkeys(PURPOSES, args.seed))
+    cost = motion.tracking_cost(sim, clip["xpos"], clip["xquat"], clip["qpos"], TRACKED,
+                                **common.G1_TRACKING)
     start = common.g1_at_rest(sim, clip["qpos"][0])
     watch = common.Stopwatch()
     with watch():
@@ -798,7 +772,7 @@ def play(args: argparse.Namespace, cfg: Config) -> dict:
     watch = common.Stopwatch()
     with watch(), common.progress(1, f"replay on {args.robust + 1} robots") as bar:
       result = evaluate_plan(sim, cfg, clip, saved["start"], saved, nstep, args.robust,
-                             robots(sim, args.seed))
+                             common.g1_robots(sim, dict.fromkeys(PURPOSES, args.seed)))
       bar.update()
     print(f"replayed {args.out} on the nominal robot and {args.robust} others in "
           f"{watch.wall:.0f} s")

@@ -89,8 +89,9 @@ def reference(model: mujoco.MjModel, frames: int) -> dict[str, np.ndarray]:
   data.qpos[:] = qpos
   mujoco.mj_kinematics(model, data)
   keys = [targets(k, {h: data.body(h).xpos.copy() for h in HANDS}) for k in KEYFRAMES]
-  times, frames_qpos = [k[0] for k in KEYFRAMES], []
-  for i in range(frames):
+  times = [k[0] for k in KEYFRAMES]
+
+  def frame_tasks(i: int) -> list:
     t = i * FRAME_DT
     k = min(int(np.searchsorted(times, t, side="right")) - 1, len(keys) - 2)
     s = np.clip((t - times[k]) / (times[k + 1] - times[k]), 0.0, 1.0)
@@ -99,10 +100,13 @@ def reference(model: mujoco.MjModel, frames: int) -> dict[str, np.ndarray]:
               for n, v in keys[k].items()}
     for n in ("pelvis_quat", "torso_quat"):
       target[n] = np.asarray(target[n]) / np.linalg.norm(target[n])
-    qpos = ik.solve(qpos, _tasks(target), 200 if i == 0 else 50).qpos
-    frames_qpos.append(qpos)
-  xpos, xquat = motion.body_poses(model, frames_qpos, TRACKED)
-  return {"qpos": np.array(frames_qpos), "xpos": xpos, "xquat": xquat}
+    return _tasks(target)
+
+  first = ik.solve(qpos, frame_tasks(0), 200).qpos
+  qpos = np.concatenate([first[None], ik.solve_frames(first, map(frame_tasks, range(1, frames)),
+                                                      50).qpos])
+  xpos, xquat = motion.body_poses(model, qpos, TRACKED)
+  return {"qpos": qpos, "xpos": xpos, "xquat": xquat}
 
 
 def metrics(sim, ref, start, ctrls, nstep) -> tuple[dict, np.ndarray]:

@@ -58,6 +58,25 @@ def test_null_space_posture_leaves_the_task_alone(arm):
   assert np.linalg.norm(hand_at(arm, qpos) - target) > 1e-4
 
 
+def test_solve_frames_solves_each_frame_from_the_last(arm):
+  """A hand path solved as a clip: each frame is solve's answer from the previous frame's pose
+  (frame 0's from the start), from a generator as from a list; each frame reaches its target."""
+  path = [hand_at(arm, [0.4 + 0.05 * k, -0.5, -1.0 + 0.1 * k, 0.3]) for k in range(5)]
+  ik = motion.IK(arm, mode="null_space")
+  frames = ik.solve_frames(arm.qpos0, ([motion.BodyPosition("hand", p)] for p in path), 40)
+  assert frames.qpos.shape == (5, arm.nq) and frames.error.shape == frames.iterations.shape == (5,)
+  qpos = arm.qpos0
+  for k, target in enumerate(path):
+    alone = ik.solve(qpos, [motion.BodyPosition("hand", target)], 40)
+    np.testing.assert_array_equal(frames.qpos[k], alone.qpos)
+    assert frames.error[k] == alone.error and frames.iterations[k] == alone.iterations
+    assert np.linalg.norm(hand_at(arm, frames.qpos[k]) - target) < 1e-6
+    qpos = alone.qpos
+  again = ik.solve_frames(arm.qpos0, [[motion.BodyPosition("hand", p)] for p in path], 40)
+  np.testing.assert_array_equal(again.qpos, frames.qpos)
+  assert ik.solve_frames(arm.qpos0, []).qpos.shape == (0, arm.nq)
+
+
 @pytest.mark.parametrize("mode", MODES)
 def test_ik_keeps_joints_within_their_limits(arm, mode):
   lo, hi = arm.jnt_range.T
@@ -704,6 +723,21 @@ def _synergy_program_checks():
     np.testing.assert_array_equal(u[masks[k]][:, :3], np.broadcast_to(held, (masks[k].sum(), 3)))
   np.testing.assert_allclose(u[26:], np.broadcast_to(base[-1], (14, 4)))  # ramped at 1.625 s
   np.testing.assert_array_equal(np.asarray(jax.jit(jax.vmap(program))(jnp.stack([z, z]))[1]), u)
+  # retarget: the held program again from its base, then two phases given new targets on a plan.
+  again = np.asarray(program.retarget(base, masks, z.reshape(3, 3)[:, :2]))
+  np.testing.assert_array_equal(again[:22], u[:22])  # the ramp after knot 22 is not retarget's
+  plan = u[:20] - 0.125  # within ctrlrange: clipping leaves it as it is
+  new = np.array([[0.5, 0.75], [-2.0, 0.25]])  # -2.0 is clipped
+  moved, kept = np.asarray(program.retarget(plan, masks[:2, :20], new)), ~(masks[0] | masks[1])[:20]
+  np.testing.assert_array_equal(moved[kept], plan[kept])
+  for k in range(2):
+    np.testing.assert_array_equal(moved[masks[k, :20]][:, :3],
+                                  np.broadcast_to(np.clip(new[k, [0, 1, 0]], -1.0, 1.5),
+                                                  (masks[k].sum(), 3)))
+    np.testing.assert_array_equal(moved[masks[k, :20]][:, 3], plan[masks[k, :20]][:, 3])
+  tuned = jax.jit(jax.vmap(lambda t: program.retarget(plan, masks[:2, :20], t)))(
+    jnp.stack([new.ravel(), new.ravel()]))
+  np.testing.assert_array_equal(np.asarray(tuned[1]), moved)
 
   linear = motion.SynergyProgram(synergy, base[0], 0.0625, frames=40, ramp_s=0.25,
                                  interpolation="linear")

@@ -38,6 +38,7 @@ from mjbatch_jax.motion.ik import (
   CentreOfMass,
   JointAngles,
   Solution,
+  SolvedFrames,
   Task,
 )
 from mjbatch_jax.motion.program import SynergyProgram
@@ -63,6 +64,7 @@ __all__ = [
   "Landing",
   "Sole",
   "Solution",
+  "SolvedFrames",
   "StandingWeights",
   "SynergyProgram",
   "Task",

@@ -24,7 +24,7 @@ shorter than `tolerance`.
 
 import dataclasses
 import threading
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, NamedTuple
 
 import mujoco
@@ -210,6 +210,17 @@ class Solution(NamedTuple):
   iterations: int
 
 
+class SolvedFrames(NamedTuple):
+  """What IK.solve_frames found: Solution's fields, one row per frame.
+
+  qpos: (T, nq) the poses. error: (T,) each frame's Solution.error. iterations: (T,) its steps.
+  """
+
+  qpos: np.ndarray
+  error: np.ndarray
+  iterations: np.ndarray
+
+
 class IK:
   """Inverse kinematics of one model: see the module docstring.
 
@@ -300,6 +311,41 @@ class IK:
     compiled = self._compile(tasks)
     with self._lock:
       return self._solve(qpos, compiled, iterations, free_root)
+
+  def solve_frames(self, qpos: Any, frames: Iterable[Sequence[Task]], iterations: int = 60,
+                   free_root: bool = True) -> SolvedFrames:
+    """A clip's poses: frame k's tasks solved from frame k - 1's pose (frame 0's from qpos).
+
+    Warm-starting each frame from the last keeps a clip continuous: a nearby start converges to
+    the nearby pose. frames may be a generator (its targets made as the clip goes); a frame of
+    bad tasks raises ValueError naming the frame.
+
+    Returns:
+      SolvedFrames: (T, nq) poses, (T,) errors and (T,) steps, solve's per frame.
+
+    Example:
+      path = ik.solve_frames(qpos, ([BodyPosition("hand", p)] for p in hand_path))
+      path.qpos, path.error.max()
+    """
+    qpos = _vector("qpos", qpos, self.model.nq).copy()
+    iterations = v.integer("iterations", iterations, 0)
+    free_root = v.flag("free_root", free_root)
+    if isinstance(frames, (str, bytes, Mapping)) or not isinstance(frames, Iterable):
+      raise ValueError(f"frames must be an iterable of task sequences, one per frame, got "
+                       f"{type(frames).__name__}")
+    poses, errors, steps = [], [], []
+    for k, tasks in enumerate(frames):
+      try:
+        compiled = self._compile(tasks)
+      except ValueError as e:
+        raise ValueError(f"frame {k}: {e}") from None
+      with self._lock:
+        qpos, error, taken = self._solve(qpos, compiled, iterations, free_root)
+      poses.append(qpos.copy())
+      errors.append(error)
+      steps.append(taken)
+    return SolvedFrames(np.array(poses).reshape(len(poses), self.model.nq),
+                        np.array(errors, float), np.array(steps, int))
 
   def _solve(self, qpos: np.ndarray, compiled: list[tuple], iterations: int,
              free_root: bool) -> Solution:
@@ -424,4 +470,4 @@ def _contiguous(index: np.ndarray) -> slice | np.ndarray:
 
 
 __all__ = ["DAMPING", "MODES", "TRUST_REGION", "BodyOrientation", "BodyPosition", "CentreOfMass",
-           "IK", "JointAngles", "Solution", "Task"]
+           "IK", "JointAngles", "Solution", "SolvedFrames", "Task"]

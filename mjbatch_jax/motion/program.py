@@ -114,6 +114,45 @@ class SynergyProgram:
     u = fill(z[:, :-1] @ jnp.asarray(self.synergy), z[:, -1], base, t)
     return u if self.ctrlrange is None else jnp.clip(u, *jnp.asarray(self.ctrlrange).T)
 
+  def retarget(self, ctrl: Any, masks: Any, targets: Any) -> jax.Array:
+    """ctrl with new synergy targets on the knots of some phases; pure JAX in targets.
+
+    Once a plan exists (a program tracked and improved by iLQR, say), a later search can tune a
+    few of its phases again without redoing the rest: on mask k's knots the synergies' actuators
+    take targets[k] @ synergy, everything else keeps ctrl's controls; clipped to ctrlrange.
+
+    Args:
+      ctrl: (F', nu) the plan's controls, over any number of knots.
+      masks: (K, F') bool, concrete: the knots of each phase retargeted (masks() of the program,
+        cut to the phases and knots wanted).
+      targets: (K, S) or flat: each phase's new synergy targets.
+
+    Example:
+      pushes = program.masks(z, 60)[:2]          # the first two phases, on the first 60 knots
+      ctrls = jax.vmap(lambda t: program.retarget(plan[:60], pushes, t))(candidates)
+    """
+    ctrl = v.array("ctrl", ctrl, finite=True)
+    masks = np.asarray(masks)
+    if ctrl.ndim != 2 or ctrl.shape[1] != len(self.chosen):
+      raise ValueError(f"ctrl must be (F, {len(self.chosen)}), got shape {tuple(ctrl.shape)}")
+    if masks.dtype != bool or masks.ndim != 2 or masks.shape[1] != len(ctrl):
+      raise ValueError(f"masks must be (K, {len(ctrl)}) bool, got {masks.dtype} of shape "
+                       f"{masks.shape}")
+    targets = v.array("targets", targets, finite=True)
+    if targets.size != len(masks) * len(self.synergy):
+      raise ValueError(f"targets must be {len(masks)} phases of {len(self.synergy)} synergy "
+                       f"targets, got shape {tuple(targets.shape)}")
+    set_to = targets.reshape(len(masks), -1) @ jnp.asarray(self.synergy)
+    u = self._overwrite(jnp.asarray(ctrl), masks, set_to)
+    return u if self.ctrlrange is None else jnp.clip(u, *jnp.asarray(self.ctrlrange).T)
+
+  def _overwrite(self, u: Any, on: Any, set_to: Any) -> Any:
+    """u with the chosen actuators at set_to[k] on phase k's knots (on[k])."""
+    chosen = jnp.asarray(self.chosen)
+    for k in range(len(set_to)):
+      u = jnp.where(jnp.asarray(on[k])[:, None] & chosen, set_to[k], u)
+    return u
+
   def _phase_knots(self, xp: Any, span: Any, t: Any) -> tuple[Any, Any]:
     """(P, len(t)) the knots each phase holds and (P,) the phases' ends, in numpy (xp=np, on
     the host) or JAX (xp=jnp, traced): the durations clipped, the phases one after another."""
@@ -127,9 +166,7 @@ class SynergyProgram:
     chosen = self.chosen
     targets = jnp.where(chosen, targets, base[None, 0])
     on, ends = self._phase_knots(jnp, span, t)
-    u = base
-    for k in range(len(targets)):
-      u = jnp.where(on[k][:, None], jnp.where(chosen, targets[k], base), u)
+    u = self._overwrite(base, on, targets)
     ramp = jnp.clip((t - ends[-1]) / self.ramp_s, 0.0, 1.0)[:, None]
     settle = jnp.where(chosen, targets[-1], base)
     return jnp.where((t >= ends[-1])[:, None], (1 - ramp) * settle + ramp * base[-1], u)
