@@ -36,7 +36,7 @@ from mjbatch_jax.control import cost as cost_terms  # noqa: E402
 from mjbatch_jax.ensemble import Ensemble, evaluate, per_robot  # noqa: E402
 
 KIND = "g1_backflip"
-TRACKED, LABELS = common.G1_TRACKED, common.g1_labels(common.G1_TRACKED)
+TRACKED = common.G1_TRACKED
 FRAME_DT = 0.02  # s per frame of the clip and per knot of the plan
 FINE = 4  # the reference is built on a grid FINE times finer, for its derivatives
 CLIP_FRAMES = 200
@@ -716,74 +716,43 @@ def version(model: mujoco.MjModel) -> str:
   return common.model_fingerprint(model, FRAME_DT, FINE, TRACKED, *common.g1_tracking_parts())
 
 
-def solve(args: argparse.Namespace, cfg: Config) -> dict:
-  model = load_model(args.model)
+def solve(args: argparse.Namespace, cfg: Config, sim: mjbatch_jax.Simulator,
+          ensemble: Ensemble) -> tuple[dict, dict]:
+  """The plan (see plan_landing) with its start and reference, saved; the report for the JSON."""
+  model = sim.model
   nstep = round(FRAME_DT / model.opt.timestep)
   clip, report = prepare(model, cfg)
-  with mjbatch_jax.Simulator(model, num_threads=args.threads) as sim:
-    ensemble = common.g1_robots(sim, dict.fromkeys(PURPOSES, args.seed))
-    cost = motion.tracking_cost(sim, clip["xpos"], clip["xquat"], clip["qpos"], TRACKED,
-                                **common.G1_TRACKING)
-    start = common.g1_at_rest(sim, clip["qpos"][0])
-    watch = common.Stopwatch()
-    with watch():
-      # Up to the push, the cheaper of the two warm starts; from it on, the program.
-      base = min((clip["angles"], clip["servo"]), key=lambda u: float(
-        control.plan_cost(cost, sim.params(1), start, u, nstep)[0]))
-      z = warm_start(sim, cfg, cost, start, base, nstep, ensemble, args.seed)
-      guess = np.asarray(program(model, cfg, base)(jnp.asarray(z.ravel())))
-      guard = control.ensemble_guard(
-        lambda u: control.open_loop(ensemble.params("guard", cfg.guard_robots), start, u, nstep),
-        lambda row: stands(cfg, replay_metrics(sim, cfg, row[0][None], row[1][None])[0]),
-        guess, log=print)
-      result = common.ilqr_with_progress(
-        cost, sim.params(1), start, guess, nstep=nstep, iterations=cfg.iterations,
-        settings=control.ILQRSettings(mu_init=10.0, mu_min=1e-3, mu_max=1e8, tolerance=1e-4,
-                                      final_gains=False), accept=guard.accept, cli=args)
-      history = np.asarray(result.costs)  # up to the first NaN (stopped) or no lower (no step)
-      costs = history[:1 + np.argmin(np.r_[np.diff(history) < 0, False])].tolist()
-      print(f"iLQR: cost {costs[0]:.1f} -> {costs[-1]:.1f} in {len(costs) - 1} iterations; the "
-            f"guard refused {len(guard.refusals)} of {guard.asked} steps")
-      plan = plan_landing(sim, cfg, start, np.asarray(result.ctrls), z, nstep, ensemble,
-                          args.seed)
-    print(f"solve: {watch.wall:.0f} s with compilation ({sim.num_threads} threads)")
-    evaluated = evaluate_plan(sim, cfg, clip, start, plan, nstep, args.robust, ensemble)
-  print_result(cfg, evaluated)
-  summary = summary_of(evaluated)
+  cost = motion.tracking_cost(sim, clip["xpos"], clip["xquat"], clip["qpos"], TRACKED,
+                              **common.G1_TRACKING)
+  start = common.g1_at_rest(sim, clip["qpos"][0])
+  watch = common.Stopwatch()
+  with watch():
+    # Up to the push, the cheaper of the two warm starts; from it on, the program.
+    base = min((clip["angles"], clip["servo"]), key=lambda u: float(
+      control.plan_cost(cost, sim.params(1), start, u, nstep)[0]))
+    z = warm_start(sim, cfg, cost, start, base, nstep, ensemble, args.seed)
+    guess = np.asarray(program(model, cfg, base)(jnp.asarray(z.ravel())))
+    guard = control.ensemble_guard(
+      lambda u: control.open_loop(ensemble.params("guard", cfg.guard_robots), start, u, nstep),
+      lambda row: stands(cfg, replay_metrics(sim, cfg, row[0][None], row[1][None])[0]),
+      guess, log=print)
+    result = common.ilqr_with_progress(
+      cost, sim.params(1), start, guess, nstep=nstep, iterations=cfg.iterations,
+      settings=control.ILQRSettings(mu_init=10.0, mu_min=1e-3, mu_max=1e8, tolerance=1e-4,
+                                    final_gains=False), accept=guard.accept, cli=args)
+    history = np.asarray(result.costs)  # up to the first NaN (stopped) or no lower (no step)
+    costs = history[:1 + np.argmin(np.r_[np.diff(history) < 0, False])].tolist()
+    print(f"iLQR: cost {costs[0]:.1f} -> {costs[-1]:.1f} in {len(costs) - 1} iterations; the "
+          f"guard refused {len(guard.refusals)} of {guard.asked} steps")
+    plan = plan_landing(sim, cfg, start, np.asarray(result.ctrls), z, nstep, ensemble, args.seed)
+  print(f"solve: {watch.wall:.0f} s with compilation ({sim.num_threads} threads)")
   meta = {**common.config_meta(cfg), "seed": args.seed, "nstep": nstep,
           "solve_seconds": watch.wall}
-  common.save_result(args.out, KIND, {**plan, "start": np.asarray(start), "ref_qpos": clip["qpos"],
-                                      "ref_xpos": clip["xpos"], "ref_xquat": clip["xquat"]},
-                     meta, version=version(model))
-  common.write_json(args.out.with_suffix(".json"), {"reference": report, "costs": costs,
-                                                    "meta": meta, "summary": summary})
+  plan = {**plan, "start": np.asarray(start), "ref_qpos": clip["qpos"], "ref_xpos": clip["xpos"],
+          "ref_xquat": clip["xquat"]}
+  common.save_result(args.out, KIND, plan, meta, version=version(model))
   print(f"plan saved to {args.out}")
-  common.print_summary(summary)
-  return summary
-
-
-def play(args: argparse.Namespace, cfg: Config) -> dict:
-  model = load_model(args.model)
-  saved, meta = common.load_result(args.out, KIND, version=version(model), config=cfg, keys=(
-    "ctrl", "states", "holds", "landing_knots", "start"))
-  nstep = int(meta["nstep"])
-  clip = {"qpos": saved["ref_qpos"], "xpos": saved["ref_xpos"], "xquat": saved["ref_xquat"]}
-  with mjbatch_jax.Simulator(model, num_threads=args.threads) as sim:
-    watch = common.Stopwatch()
-    with watch(), common.progress(1, f"replay on {args.robust + 1} robots") as bar:
-      result = evaluate_plan(sim, cfg, clip, saved["start"], saved, nstep, args.robust,
-                             common.g1_robots(sim, dict.fromkeys(PURPOSES, args.seed)))
-      bar.update()
-    print(f"replayed {args.out} on the nominal robot and {args.robust} others in "
-          f"{watch.wall:.0f} s")
-  print_result(cfg, result)
-  plots(model, cfg, result, args.out.with_suffix(".png"))
-  rows = result["closed_loop_states"][nstep - 1::2 * nstep]
-  print(common.render(model, rows, args.out.with_suffix(".gif"), 1 / (2 * FRAME_DT),
-                      track_body="pelvis", distance=3.2, azimuth=90.0, elevation=-5.0))
-  summary = summary_of(result)
-  common.print_summary(summary)
-  return summary
+  return plan, {"reference": report, "costs": costs, "meta": meta}
 
 
 def plots(model: mujoco.MjModel, cfg: Config, result: dict, path: Path) -> None:
@@ -825,9 +794,36 @@ def parse_args(argv: list[str] | None = None) -> tuple[argparse.Namespace, Confi
 
 def main(argv: list[str] | None = None) -> dict:
   args, cfg = parse_args(argv)
+  model = load_model(args.model)
   if args.reference:
-    return prepare(load_model(args.model), cfg)[1]
-  return play(args, cfg) if args.play else solve(args, cfg)
+    return prepare(model, cfg)[1]
+  with mjbatch_jax.Simulator(model, num_threads=args.threads) as sim:
+    ensemble = common.g1_robots(sim, dict.fromkeys(PURPOSES, args.seed))
+    if args.play:
+      plan, meta = common.load_result(args.out, KIND, version=version(model), config=cfg, keys=(
+        "ctrl", "states", "holds", "landing_knots", "start"))
+    else:
+      plan, solved = solve(args, cfg, sim, ensemble)
+      meta = solved["meta"]
+    clip = {key: plan[f"ref_{key}"] for key in ("qpos", "xpos", "xquat")}
+    watch = common.Stopwatch()
+    with watch(), common.progress(1, f"replay on {args.robust + 1} robots") as bar:
+      result = evaluate_plan(sim, cfg, clip, plan["start"], plan, int(meta["nstep"]), args.robust,
+                             ensemble)
+      bar.update()
+    print(f"replayed on the nominal robot and {args.robust} others in {watch.wall:.0f} s")
+  print_result(cfg, result)
+  summary = summary_of(result)
+  if args.play:
+    plots(model, cfg, result, args.out.with_suffix(".png"))
+    nstep = int(meta["nstep"])
+    print(common.render(model, result["closed_loop_states"][nstep - 1::2 * nstep],
+                        args.out.with_suffix(".gif"), 1 / (2 * FRAME_DT), track_body="pelvis",
+                        distance=3.2, azimuth=90.0, elevation=-5.0))
+  else:
+    common.write_json(args.out.with_suffix(".json"), {**solved, "summary": summary})
+  common.print_summary(summary)
+  return summary
 
 
 if __name__ == "__main__":
