@@ -305,9 +305,7 @@ class IK:
     Example:
       solution = ik.solve(qpos, [BodyPosition("foot", [0.1, 0.0, 0.0])], iterations=100)
     """
-    qpos = _vector("qpos", qpos, self.model.nq).copy()
-    iterations = v.integer("iterations", iterations, 0)
-    free_root = v.flag("free_root", free_root)
+    qpos, iterations, free_root = self._start(qpos, iterations, free_root)
     compiled = self._compile(tasks)
     with self._lock:
       return self._solve(qpos, compiled, iterations, free_root)
@@ -327,9 +325,7 @@ class IK:
       path = ik.solve_frames(qpos, ([BodyPosition("hand", p)] for p in hand_path))
       path.qpos, path.error.max()
     """
-    qpos = _vector("qpos", qpos, self.model.nq).copy()
-    iterations = v.integer("iterations", iterations, 0)
-    free_root = v.flag("free_root", free_root)
+    qpos, iterations, free_root = self._start(qpos, iterations, free_root)
     if isinstance(frames, (str, bytes, Mapping)) or not isinstance(frames, Iterable):
       raise ValueError(f"frames must be an iterable of task sequences, one per frame, got "
                        f"{type(frames).__name__}")
@@ -346,6 +342,11 @@ class IK:
       steps.append(taken)
     return SolvedFrames(np.array(poses).reshape(len(poses), self.model.nq),
                         np.array(errors, float), np.array(steps, int))
+
+  def _start(self, qpos: Any, iterations: Any, free_root: Any) -> tuple[np.ndarray, int, bool]:
+    """solve's and solve_frames' checks: a copy of qpos to step, the count, the flag."""
+    return (_vector("qpos", qpos, self.model.nq).copy(), v.integer("iterations", iterations, 0),
+            v.flag("free_root", free_root))
 
   def _solve(self, qpos: np.ndarray, compiled: list[tuple], iterations: int,
              free_root: bool) -> Solution:

@@ -163,12 +163,10 @@ class SynergyProgram:
     return (t >= begins[:, None]) & (t < ends[:, None]), ends
 
   def _held(self, targets, span, base, t):
-    chosen = self.chosen
-    targets = jnp.where(chosen, targets, base[None, 0])
     on, ends = self._phase_knots(jnp, span, t)
     u = self._overwrite(base, on, targets)
     ramp = jnp.clip((t - ends[-1]) / self.ramp_s, 0.0, 1.0)[:, None]
-    settle = jnp.where(chosen, targets[-1], base)
+    settle = jnp.where(self.chosen, targets[-1], base)
     return jnp.where((t >= ends[-1])[:, None], (1 - ramp) * settle + ramp * base[-1], u)
 
   def _linear(self, targets, span, base, t):
@@ -179,5 +177,6 @@ class SynergyProgram:
     times = self.start + jnp.cumsum(jnp.r_[0.0, span, self.ramp_s])
     u = jax.vmap(lambda column: jnp.interp(t, times, column), out_axes=1)(keys.T)
     return jnp.where((t < self.start)[:, None], base, u)
+
 
 __all__ = ["INTERPOLATIONS", "SynergyProgram"]
