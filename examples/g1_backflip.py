@@ -45,8 +45,8 @@ SIDES = ("left", "right")
 # The sole under each foot's four contact spheres, in the ankle roll link's frame (m).
 SOLE = motion.Sole(x=(-0.05, 0.12), half_width=0.025, z=-0.035)
 SYNERGIES = ("hip_pitch", "knee", "ankle_pitch", "waist_pitch", "shoulder_pitch", "elbow")
-# Each purpose's robots (one seed for all: the names keep them apart): the warm start's and the
-# push's searches, the iLQR guard, the check that picks the push's mean, the evaluation.
+# Each purpose's robots: the warm start's and the push's searches, the iLQR guard, the check that
+# picks the push's mean, and the evaluation reported.
 PURPOSES = ("search", "push", "guard", "push_check", "evaluation")
 TURN_TARGET = 2 * np.pi - 0.3  # rad: the flip is complete when the closed loop turns this far
 
@@ -392,6 +392,16 @@ def prepare(model: mujoco.MjModel, cfg: Config, log=print) -> tuple[dict, dict]:
   return {"qpos": qpos, "xpos": xpos, "xquat": xquat, "servo": servo, "angles": angles}, report
 
 
+def tracking_cost(sim: mjbatch_jax.Simulator, clip: dict) -> control.Cost:
+  return motion.tracking_cost(sim, clip["xpos"], clip["xquat"], clip["qpos"], TRACKED,
+                              **common.G1_TRACKING)
+
+
+def robots(sim: mjbatch_jax.Simulator, seed: int) -> Ensemble:
+  """common.g1_robots, one seed for all purposes (their names keep their robots apart)."""
+  return common.g1_robots(sim, dict.fromkeys(PURPOSES, seed))
+
+
 # ------------------------------------------------------------------------ the flip's numbers
 
 
@@ -722,8 +732,7 @@ def solve(args: argparse.Namespace, cfg: Config, sim: mjbatch_jax.Simulator,
   model = sim.model
   nstep = round(FRAME_DT / model.opt.timestep)
   clip, report = prepare(model, cfg)
-  cost = motion.tracking_cost(sim, clip["xpos"], clip["xquat"], clip["qpos"], TRACKED,
-                              **common.G1_TRACKING)
+  cost = tracking_cost(sim, clip)
   start = common.g1_at_rest(sim, clip["qpos"][0])
   watch = common.Stopwatch()
   with watch():
@@ -798,7 +807,7 @@ def main(argv: list[str] | None = None) -> dict:
   if args.reference:
     return prepare(model, cfg)[1]
   with mjbatch_jax.Simulator(model, num_threads=args.threads) as sim:
-    ensemble = common.g1_robots(sim, dict.fromkeys(PURPOSES, args.seed))
+    ensemble = robots(sim, args.seed)
     if args.play:
       plan, meta = common.load_result(args.out, KIND, version=version(model), config=cfg, keys=(
         "ctrl", "states", "holds", "landing_knots", "start"))
@@ -806,17 +815,16 @@ def main(argv: list[str] | None = None) -> dict:
       plan, solved = solve(args, cfg, sim, ensemble)
       meta = solved["meta"]
     clip = {key: plan[f"ref_{key}"] for key in ("qpos", "xpos", "xquat")}
+    nstep = int(meta["nstep"])
     watch = common.Stopwatch()
     with watch(), common.progress(1, f"replay on {args.robust + 1} robots") as bar:
-      result = evaluate_plan(sim, cfg, clip, plan["start"], plan, int(meta["nstep"]), args.robust,
-                             ensemble)
+      result = evaluate_plan(sim, cfg, clip, plan["start"], plan, nstep, args.robust, ensemble)
       bar.update()
     print(f"replayed on the nominal robot and {args.robust} others in {watch.wall:.0f} s")
   print_result(cfg, result)
   summary = summary_of(result)
   if args.play:
     plots(model, cfg, result, args.out.with_suffix(".png"))
-    nstep = int(meta["nstep"])
     print(common.render(model, result["closed_loop_states"][nstep - 1::2 * nstep],
                         args.out.with_suffix(".gif"), 1 / (2 * FRAME_DT), track_body="pelvis",
                         distance=3.2, azimuth=90.0, elevation=-5.0))

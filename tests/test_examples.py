@@ -396,8 +396,7 @@ def test_g1_backflip_warm_start_flips_and_its_guard_keeps_it():
   nstep = round(flip.FRAME_DT / model.opt.timestep)
   with flip.mjbatch_jax.Simulator(model, num_threads=2) as sim:
     start = flip.common.g1_at_rest(sim, clip["qpos"][0])
-    cost = flip.motion.tracking_cost(sim, clip["xpos"], clip["xquat"], clip["qpos"], flip.TRACKED,
-                                     **flip.common.G1_TRACKING)
+    cost = flip.tracking_cost(sim, clip)
     base = min((clip["angles"], clip["servo"]), key=lambda u: float(
       flip.control.plan_cost(cost, sim.params(1), start, u, nstep)[0]))
     warm = np.asarray(flip.program(model, cfg, base)(flip.jnp.asarray(np.ravel(cfg.program))))
@@ -417,7 +416,7 @@ def test_g1_backflip_warm_start_flips_and_its_guard_keeps_it():
     assert 2 * np.arctan2(y, w) > 0.2, metrics  # the pelvis pitched forward (nose down)
     assert metrics["rotation_rad"] > 5.5 and flip.stands(cfg, metrics), metrics
 
-    ensemble = flip.common.g1_robots(sim, dict.fromkeys(flip.PURPOSES, 0))
+    ensemble = flip.robots(sim, 0)
     log = []
     guard = flip.control.ensemble_guard(
       lambda u: flip.control.open_loop(ensemble.params("guard", cfg.guard_robots), start, u,
