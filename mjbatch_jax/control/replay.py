@@ -80,9 +80,11 @@ def _plan(name: str, ctrls: Any, nu: int) -> jax.Array:
   return ctrls
 
 
-def _inputs(params: Any, start: Any, ctrls: Any, nstep: Any
-            ) -> tuple[SimSpec, int, jax.Array, jax.Array, int]:
-  """The checked spec, N, start (N, nstate), ctrls (N, T, nu) and nstep."""
+def check_inputs(params: Any, start: Any, ctrls: Any, nstep: Any
+                 ) -> tuple[SimSpec, int, jax.Array, jax.Array, int]:
+  """A replay's arguments checked, as open_loop and plan_cost take them (fly_variants checks
+  its first flight with it before any physics runs): the spec, N, start (N, nstate), ctrls
+  (N, T, nu) and nstep."""
   spec, rows = params_rows(params)
   nstep = pl.check_count("nstep", nstep)
   start = check_rows("start", start, (spec.nstate,), "a state row", finite=True)
@@ -111,7 +113,7 @@ def open_loop(params: Params, start: Any, ctrls: Any, nstep: int = 1
   Example:
     states, sensors = control.open_loop(robots, start, result.ctrls, nstep=4)
   """
-  _, n, start, ctrls, nstep = _inputs(params, start, ctrls, nstep)
+  _, n, start, ctrls, nstep = check_inputs(params, start, ctrls, nstep)
   # Each control repeated nstep times, a knot of one physics step each: every step recorded.
   held = jnp.repeat(ctrls, nstep, axis=1)
   return fn.rollout(start, held, pl.rows(params, n))
@@ -209,7 +211,7 @@ def plan_cost(cost: cost_lib.Cost, params: Params, start: Any, ctrls: Any, nstep
     control.plan_cost(cost, sim.params(1), start, result.ctrls, nstep=4)[0]  # ~ result.cost
   """
   cost = pl.check_cost(cost)
-  spec, n, start, ctrls, nstep = _inputs(params, start, ctrls, nstep)
+  spec, n, start, ctrls, nstep = check_inputs(params, start, ctrls, nstep)
   pl.check_residual(cost, spec, start.dtype)
   w = cost_lib.weights(cost.terms, ctrls.shape[1]).astype(start.dtype)
   p = pl.rows(params, n)

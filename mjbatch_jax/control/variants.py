@@ -19,7 +19,7 @@ import numpy as np
 
 from mjbatch_jax import _validate as v
 from mjbatch_jax.control.fleet import check_choice, choose_tail
-from mjbatch_jax.control.replay import _inputs, open_loop, params_rows
+from mjbatch_jax.control.replay import check_inputs, open_loop, params_rows
 from mjbatch_jax.params import Params
 
 
@@ -171,7 +171,7 @@ def fly_variants(params: Params, believed: Params, start: Any, variants: Any,
   if shape[-1] != nu:
     raise ValueError(f"variants must end in nu={nu} controls, got shape {tuple(shape)}")
   first = variants[(0,) * axes][:knots[0]]  # every robot flies variant [0, ..., 0] to the first
-  spec, count, start, _, nstep = _inputs(params, start, first, nstep)
+  spec, count, start, _, nstep = check_inputs(params, start, first, nstep)
   believed_spec, believed_rows = params_rows(believed)
   if (believed_spec.nstate, believed_spec.nu) != (spec.nstate, spec.nu):
     raise ValueError("believed must be Params of the robots' model (its state and controls' "
