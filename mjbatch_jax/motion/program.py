@@ -112,7 +112,7 @@ class SynergyProgram:
     t = self.dt * jnp.arange(self.frames)
     fill = self._held if self.interpolation == "hold" else self._linear
     u = fill(z[:, :-1] @ jnp.asarray(self.synergy), z[:, -1], base, t)
-    return u if self.ctrlrange is None else jnp.clip(u, *jnp.asarray(self.ctrlrange).T)
+    return self._clipped(u)
 
   def retarget(self, ctrl: Any, masks: Any, targets: Any) -> jax.Array:
     """ctrl with new synergy targets on the knots of some phases; pure JAX in targets.
@@ -144,6 +144,10 @@ class SynergyProgram:
                        f"targets, got shape {tuple(targets.shape)}")
     set_to = targets.reshape(len(masks), -1) @ jnp.asarray(self.synergy)
     u = self._overwrite(jnp.asarray(ctrl), masks, set_to)
+    return self._clipped(u)
+
+  def _clipped(self, u: Any) -> Any:
+    """u within ctrlrange, where the program has one."""
     return u if self.ctrlrange is None else jnp.clip(u, *jnp.asarray(self.ctrlrange).T)
 
   def _overwrite(self, u: Any, on: Any, set_to: Any) -> Any:
