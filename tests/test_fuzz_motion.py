@@ -102,6 +102,8 @@ REFUSED = [
   ("IK posture_weight negative", "motion.IK(arm, posture_weight=-0.1)",
    r"posture_weight must be a finite number >= 0"),
   ("IK damping NaN", "motion.IK(arm, damping=math.nan)", r"damping must be a finite number"),
+  ("IK damping 0", "motion.IK(arm, damping=0.0)",
+   r"damping must be a finite number > 0.0, got 0.0"),  # once: two equal tasks, LinAlgError
   ("IK trust_region 0", "motion.IK(arm, trust_region=0.0)",
    r"trust_region must be a finite number > 0"),
   ("IK trust_region inf", "motion.IK(arm, trust_region=math.inf)", r"trust_region must be"),
@@ -117,6 +119,14 @@ REFUSED = [
   ("IK solve qpos inf", "ik.solve(np.r_[0, 0, math.inf, 0], reach)",
    r"qpos must be finite: inf at index \(2,\)"),
   ("IK solve qpos string", "ik.solve('home', reach)", r"qpos must be an array of numbers"),
+  ("IK solve a weight that overflows", "ik.solve(q0, [motion.BodyPosition('hand', "
+   "[0.4, 0.1, 0.6], weight=1e200)])", r"IK step 0 is not finite"),  # once: NaN, error 0.0
+  ("IK solve_frames a weight that overflows", "ik.solve_frames(q0, [reach, [motion."
+   "BodyPosition('hand', [0.4, 0.1, 0.6], weight=1e200)]])", r"frame 1: IK step 0 is not finite"),
+  ("IK kinematics a scalar", "ik.kinematics(0.5)", r"qpos must have shape \(4,\), got \(\)"),
+  ("IK kinematics NaN", "ik.kinematics(q0 + math.nan)", r"qpos must be finite"),
+  ("IK kinematics wrong length", "ik.kinematics(np.zeros(5))",
+   r"qpos must have shape \(4,\), got \(5,\)"),
   ("IK solve iterations negative", "ik.solve(q0, reach, iterations=-1)",
    r"iterations must be an int >= 0, got -1"),
   ("IK solve iterations float", "ik.solve(q0, reach, iterations=10.0)",
@@ -222,6 +232,20 @@ REFUSED = [
   ("Sole half_width 0", "motion.Sole((-0.1, 0.1), 0.0)",
    r"Sole half_width must be a finite number > 0"),
   ("Sole z inf", "motion.Sole((-0.1, 0.1), 0.03, math.inf)", r"Sole z must be a finite number"),
+  ("feasibility a robot without actuators", textwrap.dedent("""
+    # Ran the whole inverse dynamics, then: "attempt to get argmax of an empty sequence".
+    bare = spec()
+    for actuator in list(bare.actuators):
+      bare.delete(actuator)
+    feasible(model=bare.compile())
+    """), r"model must have actuators \(their torques are what is checked\), it has none"),
+  ("feasibility a site actuator", textwrap.dedent("""
+    # Its trnid (a site id) was read as a joint id: IndexError.
+    sited = spec()
+    sited.worldbody.first_body().add_site(name="thrust")
+    sited.add_actuator(trntype=mujoco.mjtTrn.mjTRN_SITE, target="thrust")
+    feasible(model=sited.compile())
+    """), r"every actuator must drive a hinge or slide joint; these do not: \['#2'\]"),
   ("feasibility model None", "feasible(model=None)", r"model must be a mujoco.MjModel"),
   ("feasibility no frames", "feasible(qpos=np.zeros((0, 9)))",
    r"qpos must hold at least one frame"),
@@ -475,6 +499,9 @@ REFUSED = [
   ("velocities model None", "motion.velocities(None, bqpos, 0.01)",
    r"model must be a mujoco.MjModel, got NoneType"),
   # ballistic_flight.
+  ("pitch_quat NaN", "motion.pitch_quat(math.nan)", r"angle must be a finite number, got nan"),
+  ("pitch_quat two angles", "motion.pitch_quat(np.array([0.1, 0.2]))",
+   r"angle must be a finite number, got \[0.1, 0.2\]"),
   ("quat_pitch a string", "motion.quat_pitch('w x y z')", r"quat must be an array of numbers"),
   ("quat_pitch None", "motion.quat_pitch(None)", r"quat must be an array of numbers"),
   ("quat_pitch three numbers", "motion.quat_pitch(np.zeros(3))",
@@ -501,6 +528,12 @@ REFUSED = [
     fly(model=mujoco.MjModel.from_xml_string('<mujoco><worldbody><geom size="1"/></worldbody>'
                                              '</mujoco>'), joints=np.zeros((3, 0)))
     """), r"model's first joint must be a free joint"),
+  ("ballistic_flight a body before the robot's root", textwrap.dedent("""
+    # Body 1's subtree (a table) was measured as the robot: NaN momentum, no error.
+    fly(model=mujoco.MjModel.from_xml_string(BIPED_XML.replace('<body name="torso"',
+      '<body name="table" pos="5 0 0"><geom type="box" size=".5 .5 .5"/></body>'
+      '<body name="torso"')))
+    """), r"model's first joint must be a free joint at body 1"),
   ("ballistic_flight in zero gravity", textwrap.dedent("""
     still = mujoco.MjModel.from_xml_string(BIPED_XML)
     still.opt.gravity[:] = 0
@@ -685,7 +718,25 @@ REFUSED = [
    r"masks must be \(K, 10\) bool"),
   ("SynergyProgram retarget targets short",
    "program().retarget(np.zeros((10, 2)), np.ones((2, 10), bool), [0])",
-   r"targets must be 2 phases of 2 synergy targets, got shape \(1,\)"),
+   r"targets must be 2 phases of 2 synergy targets, \(2, 2\) or flat \(4,\), got shape \(1,\)"),
+  ("SynergyProgram retarget targets (S, K)",  # once taken as (K, S): the phases mixed
+   "program(synergy=np.eye(3), base=np.zeros((10, 3))).retarget(np.zeros((10, 3)), "
+   "np.ones((2, 10), bool), np.zeros((3, 2)))",
+   r"targets must be 2 phases of 3 synergy targets, \(2, 3\) or flat \(6,\), got shape \(3, 2\)"),
+  ("SynergyProgram z transposed", "program()(np.zeros((3, 2)))",  # once reshaped, mixed
+   r"a program must be P phases of 3 numbers \(S targets and a duration\), flat or \(P, 3\), "
+   r"got shape \(3, 2\)"),
+  ("SynergyProgram z 3-D", "program()(np.zeros((1, 2, 3)))",
+   r"flat or \(P, 3\), got shape \(1, 2, 3\)"),
+  ("SynergyProgram z NaN", "program()(np.array([math.nan, 0.0, 0.1]))",
+   r"z must not hold NaN or inf: nan at index \(0,\)"),
+  ("SynergyProgram masks z inf", "program().masks(np.array([0.0, 0.0, math.inf]))",
+   r"z must not hold NaN or inf: inf at index \(2,\)"),
+  ("SynergyProgram durations one number", "program(durations=0.5)",
+   r"durations must be \(lo, hi\), a phase's shortest and longest duration \(s\), or None, "
+   r"got 0.5"),
+  ("SynergyProgram durations three numbers", "program(durations=(0.1, 0.2, 0.3))",
+   r"durations must be \(lo, hi\)"),
   ("SynergyProgram retarget targets strings",
    "program().retarget(np.zeros((10, 2)), np.ones((1, 10), bool), ['a'])",
    r"targets must be an array of numbers"),
@@ -715,6 +766,33 @@ HOLDS = [
     assert np.array_equal(u[7:], np.broadcast_to(base[-1], (3, 2)))
     assert program(base=base, synergy=[[1.0, 0.0]], start=0.3).masks([5.0, 0.2]).tolist() == [
       [False] * 3 + [True] * 2 + [False] * 5]
+    """)),
+  ("make and phase_derivatives check every argument before any kinematics", textwrap.dedent("""
+    # Checked once only after every frame's kinematics (1.4 s on the G1's 200,000 frames).
+    from mjbatch_jax.motion import clip as clip_module, trajectory
+    def refuse(*args, **kwargs):
+      raise AssertionError("kinematics ran before the arguments were checked")
+    kept = clip_module.body_poses, trajectory.velocities
+    clip_module.body_poses, trajectory.velocities = refuse, refuse
+    try:
+      for bad, pattern in ((dict(dt=0.0), "dt must be"), (dict(qvel=np.zeros(3)), "qvel must"),
+                           (dict(contact=np.zeros(3, int)), "contact must be booleans")):
+        try:
+          motion.make(arm, np.tile(q0, (F, 1)), **({"dt": 0.02} | bad))
+        except ValueError as e:
+          assert pattern in str(e), e
+        else:
+          raise AssertionError(f"make accepted {bad}")
+      # The last pose alone on the floor: found before the phases ahead of it are differenced.
+      try:
+        motion.phase_derivatives(biped, np.tile(bq0, (4, 1)), 0.01,
+                                 np.r_[True, True, False, True])
+      except ValueError as e:
+        assert "poses 3..3 (on the floor) has fewer than 2 poses" in str(e), e
+      else:
+        raise AssertionError("a one-pose phase accepted")
+    finally:
+      clip_module.body_poses, trajectory.velocities = kept
     """)),
   ("IK zero iterations returns the start", textwrap.dedent("""
     solution = ik.solve(q0 + 0.1, reach, iterations=0)

@@ -58,6 +58,16 @@ def test_null_space_posture_leaves_the_task_alone(arm):
   assert np.linalg.norm(hand_at(arm, qpos) - target) > 1e-4
 
 
+def test_no_task_rows_leaves_the_posture_in_either_mode(arm):
+  """JointAngles({}) asks for nothing: both modes move to the posture alone (null_space raised
+  "need at least one array to concatenate" before)."""
+  posture = np.array([0.2, -0.3, -0.8, 0.4])
+  for mode in ("weighted", "null_space"):
+    ik = motion.IK(arm, posture, mode=mode, posture_weight=1.0)
+    qpos = ik.solve(arm.qpos0, [motion.JointAngles({})], iterations=300).qpos
+    np.testing.assert_allclose(qpos, posture, atol=1e-6)
+
+
 def test_solve_frames_solves_each_frame_from_the_last(arm):
   """A hand path solved as a clip: each frame is solve's answer from the previous frame's pose
   (frame 0's from the start), from a generator as from a list; each frame reaches its target."""

@@ -48,7 +48,9 @@ class Flight:
 
 
 def pitch_quat(angle: float) -> np.ndarray:
-  """(4,) a rotation by angle (rad) about the world's y axis (positive: nose down)."""
+  """(4,) a rotation by angle (rad, a finite number) about the world's y axis (positive: nose
+  down)."""
+  angle = v.number("angle", angle)
   return np.array([np.cos(angle / 2), 0.0, np.sin(angle / 2), 0.0])
 
 
@@ -70,7 +72,8 @@ def ballistic_flight(model: mujoco.MjModel, joints: Any, dt: float, *, pitch0: f
   """The root's pitch and position through a flight in which the joints move as joints says.
 
   Args:
-    model: the robot's MjModel; its first joint a free joint (the root), gravity along -z.
+    model: the robot's MjModel; its first joint a free joint at body 1 (the root), gravity
+      along -z.
     joints: (K, nq) configurations, K >= 2 frames dt apart; their root's 7 numbers are ignored
       (the joints' momentum and the centre of mass are measured with the root at the origin,
       unturned).
@@ -91,8 +94,12 @@ def ballistic_flight(model: mujoco.MjModel, joints: Any, dt: float, *, pitch0: f
                                      com0=[0.0, 0, 0.7], vel0=[-0.3, 0, 3.5])
   """
   model = mj_model("model", model)
-  if model.njnt == 0 or model.jnt_type[0] != mujoco.mjtJoint.mjJNT_FREE:
-    raise ValueError("model's first joint must be a free joint (the root that turns in flight)")
+  # The whole robot is body 1's subtree (its momentum and centre of mass are read there): a body
+  # before the robot's root (a table, say) would measure that body instead.
+  if (model.njnt == 0 or model.jnt_type[0] != mujoco.mjtJoint.mjJNT_FREE
+      or model.jnt_bodyid[0] != 1):
+    raise ValueError("model's first joint must be a free joint at body 1, the first body under "
+                     "the world (the root that turns in flight)")
   if np.any(model.opt.gravity[:2] != 0) or model.opt.gravity[2] >= 0:
     raise ValueError(f"model's gravity must point along -z, got {model.opt.gravity.tolist()}")
   joints = numbers("joints", joints, (None, model.nq))

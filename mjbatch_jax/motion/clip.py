@@ -127,10 +127,14 @@ def make(model: mujoco.MjModel, qpos: Any, dt: float, bodies: Sequence[str] = ()
   model = mj_model("model", model)
   qpos = numbers("qpos", qpos, (None, model.nq))
   bodies = _names("bodies", bodies)
-  _metadata({} if metadata is None else metadata)  # before the frames' kinematics
-  xpos, xquat = body_poses(model, qpos, bodies)
-  return _checked(model, Clip(v.number("dt", dt, 0.0, low_open=True), qpos, bodies, xpos, xquat,
-                              qvel, contact, {} if metadata is None else metadata))
+  # Every argument checked before the frames' kinematics (a long clip's take seconds): the
+  # poses as placeholders of their shapes, then computed.
+  frames, count = len(qpos), len(bodies)
+  clip = _checked(model, Clip(dt, qpos, bodies, np.zeros((frames, count, 3)),
+                              np.zeros((frames, count, 4)), qvel, contact,
+                              {} if metadata is None else metadata))
+  xpos, xquat = body_poses(model, clip.qpos, clip.bodies)
+  return dataclasses.replace(clip, xpos=xpos, xquat=xquat)
 
 
 def save(path: str | Path, clip: Clip, model: mujoco.MjModel) -> Path:
@@ -175,7 +179,7 @@ def load(path: str | Path, model: mujoco.MjModel) -> Clip:
   missing += [k for k in ("dt", "bodies", "metadata") if k not in header]
   if missing:
     raise ValueError(f"{path} is a motion clip missing {', '.join(missing)}")
-  return _checked(model, Clip(header["dt"], arrays["qpos"], tuple(header["bodies"]),
+  return _checked(model, Clip(header["dt"], arrays["qpos"], header["bodies"],
                               arrays["xpos"], arrays["xquat"], arrays.get("qvel"),
                               arrays.get("contact"), header["metadata"]), where=f"{path}: ")
 

@@ -100,7 +100,8 @@ def feasibility(model: mujoco.MjModel, qpos: Any, qvel: Any, qacc: Any, contact:
   """Inverse dynamics of a motion against the robot's limits (see the module docstring).
 
   Args:
-    model: a robot with one free root joint, its actuators on hinge or slide joints.
+    model: a robot with one free root joint, its actuators (at least one) on hinge or slide
+      joints.
     qpos, qvel, qacc: (n, nq), (n, nv), (n, nv) the motion.
     contact: (n,) bool, every contact body on the floor or none; or (n, k) per body.
     contact_bodies: the k bodies the floor may push (at least one).
@@ -148,13 +149,16 @@ def feasibility(model: mujoco.MjModel, qpos: Any, qvel: Any, qacc: Any, contact:
     raise ValueError(f"model must have one free root joint (the floor's wrench is solved from "
                      f"its rows), it has {len(free)}")
   root = slice(int(model.jnt_dofadr[free[0]]), int(model.jnt_dofadr[free[0]]) + 6)
+  if model.nu == 0:
+    raise ValueError("model must have actuators (their torques are what is checked), it has none")
   joint_of = model.actuator_trnid[:, 0]
   scalar = [int(mujoco.mjtJoint.mjJNT_HINGE), int(mujoco.mjtJoint.mjJNT_SLIDE)]
-  on_joint = (model.actuator_trntype == mujoco.mjtTrn.mjTRN_JOINT) & np.isin(
-    model.jnt_type[joint_of], scalar)
+  on_joint = model.actuator_trntype == mujoco.mjtTrn.mjTRN_JOINT
+  # trnid of a site, tendon or body actuator is no joint id: read jnt_type only where it is.
+  on_joint[on_joint] = np.isin(model.jnt_type[joint_of[on_joint]], scalar)
   if not np.all(on_joint):
     raise ValueError(f"every actuator must drive a hinge or slide joint; these do not: "
-                     f"{[model.actuator(i).name for i in np.flatnonzero(~on_joint)]}")
+                     f"{[model.actuator(i).name or f'#{i}' for i in np.flatnonzero(~on_joint)]}")
 
   m = copy.deepcopy(model)
   m.opt.disableflags |= mujoco.mjtDisableBit.mjDSBL_CONTACT  # the floor's wrench is solved for

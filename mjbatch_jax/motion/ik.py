@@ -230,7 +230,8 @@ class IK:
       joints; free and ball joints are not pulled). Default: qpos0.
     mode: "weighted" or "null_space" (see the module docstring).
     posture_weight: the posture task's weight in "weighted" mode (unused in "null_space").
-    damping: added to J^T J ("weighted") or J J^T ("null_space"); default per mode, DAMPING.
+    damping: added to J^T J ("weighted") or J J^T ("null_space"), > 0; default per mode,
+      DAMPING.
     trust_region: the longest step, in the tangent space of qpos; default per mode,
       TRUST_REGION.
     tolerance: a solve stops after a step shorter than this.
@@ -259,7 +260,10 @@ class IK:
     self.posture = (model.qpos0.copy() if posture is None
                     else _vector("posture", posture, model.nq).copy())
     self.posture_weight = v.number("posture_weight", posture_weight, 0.0)
-    self.damping = v.number("damping", DAMPING[mode] if damping is None else damping, 0.0)
+    # > 0: tasks may repeat or conflict (J^T J or J J^T singular), and the damping keeps the
+    # step's system solvable.
+    self.damping = v.number("damping", DAMPING[mode] if damping is None else damping, 0.0,
+                            low_open=True)
     self.trust_region = v.number(
       "trust_region", TRUST_REGION[mode] if trust_region is None else trust_region, 0.0,
       low_open=True)
@@ -286,6 +290,7 @@ class IK:
     The IK's own MjData, not a copy: what it holds is valid until the IK is used again (a solve
     or kinematics, from any thread).
     """
+    qpos = _vector("qpos", qpos, self.model.nq)
     with self._lock:
       return self._kinematics(qpos)
 
@@ -336,7 +341,10 @@ class IK:
       except ValueError as e:
         raise ValueError(f"frame {k}: {e}") from None
       with self._lock:
-        qpos, error, taken = self._solve(qpos, compiled, iterations, free_root)
+        try:
+          qpos, error, taken = self._solve(qpos, compiled, iterations, free_root)
+        except ValueError as e:
+          raise ValueError(f"frame {k}: {e}") from None
       poses.append(qpos.copy())
       errors.append(error)
       steps.append(taken)
@@ -390,6 +398,9 @@ class IK:
         step = self._weighted_step(rows, errors, posture, free, eye)
       else:
         step = self._null_space_step(qpos, rows, errors, posture, free.copy(), eye)
+      if not np.all(np.isfinite(step)):  # weights so large that the step's system overflowed
+        raise ValueError(f"IK step {steps} is not finite: a task's weight or target is too large "
+                         f"for float64")
       step = step * min(1.0, self.trust_region / max(float(np.linalg.norm(step)), 1e-12))
       mujoco.mj_integratePos(m, qpos, np.asarray(step, np.float64), 1.0)
       joints = qpos[self._joint_qpos]
@@ -410,10 +421,12 @@ class IK:
 
   def _null_space_step(self, qpos, rows, errors, posture, free, eye) -> np.ndarray:
     """The tasks' damped pseudo-inverse step, the posture in their null space, an active set."""
-    jac, error = np.concatenate(rows), np.concatenate(errors)
+    nv = len(eye)
+    jac = np.concatenate(rows) if rows else np.zeros((0, nv))  # JointAngles({}) has no rows
+    error = np.concatenate(errors) if errors else np.zeros(0)
     p = self._posture_dof
     lo, hi = self._joint_range[:, 0], self._joint_range[:, 1]
-    step = np.zeros(len(eye))
+    step = np.zeros(nv)
     for _ in range(self.active_set_passes):
       j = jac * free
       pinv = j.T @ np.linalg.inv(j @ j.T + self.damping * np.eye(len(j)))

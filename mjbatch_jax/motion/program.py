@@ -79,6 +79,9 @@ class SynergyProgram:
     self.ramp_s = v.number("ramp_s", ramp_s, 0.0, low_open=True)
     self.interpolation = v.one_of("interpolation", interpolation, INTERPOLATIONS)
     if durations is not None:
+      if isinstance(durations, (str, bytes)) or np.ndim(durations) != 1 or len(durations) != 2:
+        raise ValueError(f"durations must be (lo, hi), a phase's shortest and longest duration "
+                         f"(s), or None, got {v.shown(durations)}")
       lo, hi = (v.number(f"durations[{i}]", d, 0.0) for i, d in enumerate(durations))
       if lo > hi:
         raise ValueError(f"durations must be (lo, hi) with lo <= hi, got {durations}")
@@ -91,12 +94,15 @@ class SynergyProgram:
     self.ctrlrange = ctrlrange
 
   def phases(self, z: Any) -> Any:
-    """z as (P, S + 1)."""
-    z = v.array("z", z)
+    """z (flat, or (P, S + 1)) as (P, S + 1); NaN and inf refused where z is concrete."""
+    z = v.array("z", z, finite=True)
     width = len(self.synergy) + 1
-    if z.size == 0 or z.size % width:
+    # Only these two layouts: a (S + 1, P) or (1, P, S + 1) z reshaped would silently mix
+    # one phase's numbers into another's.
+    if z.size == 0 or z.ndim not in (1, 2) or z.shape[-1] % width or (
+        z.ndim == 2 and z.shape[1] != width):
       raise ValueError(f"a program must be P phases of {width} numbers (S targets and a "
-                       f"duration), got shape {tuple(z.shape)}")
+                       f"duration), flat or (P, {width}), got shape {tuple(z.shape)}")
     return z.reshape(-1, width)
 
   def masks(self, z: Any, frames: int | None = None) -> np.ndarray:
@@ -139,9 +145,10 @@ class SynergyProgram:
       raise ValueError(f"masks must be (K, {len(ctrl)}) bool, got {masks.dtype} of shape "
                        f"{masks.shape}")
     targets = v.array("targets", targets, finite=True)
-    if targets.size != len(masks) * len(self.synergy):
+    flat, table = (len(masks) * len(self.synergy),), (len(masks), len(self.synergy))
+    if tuple(targets.shape) not in (flat, table):  # a (S, K) table would mix the phases
       raise ValueError(f"targets must be {len(masks)} phases of {len(self.synergy)} synergy "
-                       f"targets, got shape {tuple(targets.shape)}")
+                       f"targets, {table} or flat {flat}, got shape {tuple(targets.shape)}")
     set_to = targets.reshape(len(masks), -1) @ jnp.asarray(self.synergy)
     u = self._overwrite(jnp.asarray(ctrl), masks, set_to)
     return self._clipped(u)

@@ -121,14 +121,17 @@ def phase_derivatives(model: mujoco.MjModel, qpos: Any, dt: float,
   dt = v.number("dt", dt, low=0.0, low_open=True)
   if len(qpos) < 2:
     raise ValueError(f"qpos must have at least 2 poses to difference, got {len(qpos)}")
-  qvel, qacc = np.zeros((len(qpos), model.nv)), np.zeros((len(qpos), model.nv))
   edges = [0, *(np.flatnonzero(np.diff(contact)) + 1).tolist(), len(qpos)]
+  spans = []  # every phase checked from contact alone, before any differencing
   for begin, end in zip(edges[:-1], edges[1:], strict=True):
     lo, hi = (begin, end) if contact[begin] else (max(begin - 1, 0), min(end + 1, len(qpos)))
     if hi - lo < 2:
       where = "on the floor" if contact[begin] else "in flight"
       raise ValueError(f"contact: the phase of poses {begin}..{end - 1} ({where}) has fewer than "
                        f"2 poses to difference")
+    spans.append((begin, end, lo, hi))
+  qvel, qacc = np.zeros((len(qpos), model.nv)), np.zeros((len(qpos), model.nv))
+  for begin, end, lo, hi in spans:
     rate = velocities(model, qpos[lo:hi], dt)
     keep = slice(begin - lo, end - lo)
     qvel[begin:end], qacc[begin:end] = rate[keep], np.gradient(rate, dt, axis=0)[keep]
