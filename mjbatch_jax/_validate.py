@@ -222,6 +222,19 @@ def vector(name: str, x: Any, size: int, **kwargs: Any) -> jax.Array:
   return x
 
 
+def ctrlrange_rows(name: str, limits: np.ndarray) -> None:
+  """Refuse (nu, 2) control limits with a row whose lower equals its upper.
+
+  MuJoCo keeps (0, 0) in actuator_ctrlrange for an actuator that is not ctrllimited: clipped to
+  it, such a control would silently be 0. A control fixed on purpose is not a range to clip to.
+  """
+  fixed = np.flatnonzero(limits[:, 0] == limits[:, 1])
+  if fixed.size:
+    raise ValueError(f"{name} has lower == upper for controls {fixed.tolist()} (MuJoCo's (0, 0) "
+                     f"of an actuator without ctrllimited?): give -inf, inf where a control is "
+                     f"not limited")
+
+
 def matches(shape: tuple[int, ...], want: Shape) -> bool:
   """Whether shape fits the pattern want."""
   shape = tuple(shape)

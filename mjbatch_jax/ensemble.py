@@ -189,6 +189,9 @@ def _check_iteration(iteration: Any) -> Any:
       raise ValueError(f"iteration must be an int in [0, {_MAX_ITERATION}], got "
                        f"{_validate.shown(iteration)}")
     return iteration
+  if isinstance(iteration, jax.Array) and iteration.shape == () and jnp.issubdtype(
+      iteration.dtype, jnp.integer):  # a concrete JAX scalar, as numpy's are taken
+    iteration = int(iteration)
   return _validate.integer("iteration", iteration, low=0, high=_MAX_ITERATION)
 
 
@@ -198,8 +201,11 @@ def _check_drawn(drawn: Any, template: Params) -> None:
     raise ValueError(f"draw must return the Params it was given with new values, got "
                      f"{type(drawn).__name__}")
   if drawn.spec != template.spec:
-    raise ValueError(f"draw must return Params of the fields {template.spec.fields} (same "
-                     f"select and set_const), got Params of {drawn.spec.fields}")
+    what = (f"Params of {drawn.spec.fields}" if drawn.spec.fields != template.spec.fields else
+            "Params of the same fields but of another model, select or set_const (another "
+            "Simulator's?)")
+    raise ValueError(f"draw must return Params of the fields {template.spec.fields} of this "
+                     f"ensemble's model (same select and set_const), got {what}")
   for name in template:
     want, got = template[name], drawn[name]
     if jnp.shape(got) != jnp.shape(want) or jnp.result_type(got) != jnp.result_type(want):
@@ -273,8 +279,13 @@ class EnsembleResult:
     lead = ""
     if self.nominal:
       lead = f"the nominal robot {'passes' if self.passed[0] else 'fails'}; "
-    return (f"{lead}{self.passing} of {self.robots} randomised robots pass "
-            f"({100 * self.share:.0f}%)")
+    # Whole percents, but 199 of 200 must not read as 100% nor 1 of 200 as 0%.
+    percent = round(100 * self.share)
+    if self.passing < self.robots:
+      percent = min(percent, 99)
+    if self.passing > 0:
+      percent = max(percent, 1)
+    return f"{lead}{self.passing} of {self.robots} randomised robots pass ({percent}%)"
 
 
 def evaluate(metrics: Any, predicate: Callable[[Any], Any] | None = None, *,
@@ -327,7 +338,11 @@ def _rows(metrics: Any) -> list[Any]:
   if isinstance(metrics, Mapping):
     if not metrics:
       raise ValueError("metrics must hold at least one metric, got an empty dict")
-    arrays = {name: np.asarray(value) for name, value in metrics.items()}
+    try:
+      arrays = {name: np.asarray(value) for name, value in metrics.items()}
+    except ValueError:  # a ragged list: numpy's "inhomogeneous shape"
+      raise ValueError(f"metrics' values must be arrays with one entry per robot, got "
+                       f"{_validate.shown(metrics)}") from None
     lengths = {name: (a.shape[0] if a.ndim else "a scalar") for name, a in arrays.items()}
     count = next(iter(lengths.values()))
     if not isinstance(count, int) or len(set(lengths.values())) != 1:

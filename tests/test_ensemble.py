@@ -180,11 +180,19 @@ def test_bad_ensembles_and_requests_are_refused(sim):
     bad(lambda p: p.replace({"dof_damping": p["dof_damping"][:1]})).params("search", 2)
   with pytest.raises(ValueError, match=r"draw changed the leaf 'body_mass'.*dtype int"):
     bad(lambda p: p.replace({"body_mass": jnp.zeros((2, 2), int)})).params("search", 2)
+  # The same fields with set_const: the message says what differs.
+  with pytest.raises(ValueError, match=r"got Params of the same fields but of another model, "
+                     r"select or set_const"):
+    bad(lambda p: sim.params(2, ("body_mass", "dof_damping"), set_const=True)).params("search", 2)
 
 
 def test_an_iteration_may_be_traced(sim):
   """The same robots inside jit, up to the last bit: XLA may fuse the draw's arithmetic."""
   ensemble = robots(sim)
+  # A concrete JAX integer is taken as numpy's is (it was refused: "got 3 (shape ())").
+  for a, b in zip(leaves(ensemble.params("search", 3, iteration=jnp.int32(3))),
+                  leaves(ensemble.params("search", 3, iteration=np.int64(3))), strict=True):
+    np.testing.assert_array_equal(a, b)
   at = jax.jit(lambda i: ensemble.params("search", 3, iteration=i))
   for i in (0, 4):
     for a, b in zip(leaves(at(i)), leaves(ensemble.params("search", 3, iteration=i)),
@@ -209,6 +217,11 @@ def test_evaluate_gives_the_share_and_the_nominal_verdict():
   failed = ens.evaluate(np.array([False, True, True]))
   assert failed.share == 1.0 and not failed.meets(0.8) and failed.meets(0.8, nominal=False)
   assert str(failed) == "the nominal robot fails; 2 of 2 randomised robots pass (100%)"
+  # Whole percents, never 100% short of all nor 0% above none (199 of 200 read 100%).
+  almost = ens.evaluate(np.r_[True, np.arange(200) > 0])
+  assert str(almost) == "the nominal robot passes; 199 of 200 randomised robots pass (99%)"
+  one = ens.evaluate(np.r_[True, np.arange(200) == 0])
+  assert str(one) == "the nominal robot passes; 1 of 200 randomised robots pass (1%)"
   # Go1-style: per-env arrays, no nominal row, a rule on two metrics.
   envs = {"error": np.array([0.01, 0.2, 0.03, 0.04]), "fell": np.array([0, 0, 1, 0], bool)}
   walked = ens.evaluate(envs, lambda m: bool(m["error"] <= 0.05) and not m["fell"],
@@ -247,6 +260,8 @@ def test_evaluate_refuses_what_is_no_verdict():
     ens.evaluate(np.array([1, 0]))
   with pytest.raises(ValueError, match=r"one entry per robot .* got lengths \{'a': 3, 'b': 2\}"):
     ens.evaluate({"a": np.zeros(3), "b": np.zeros(2)}, lambda m: True)
+  with pytest.raises(ValueError, match=r"metrics' values must be arrays with one entry per robot"):
+    ens.evaluate({"a": [[1], [2, 3], [4]]}, lambda m: True)  # numpy's "inhomogeneous shape"
   with pytest.raises(ValueError, match=r"predicate must be a function"):
     ens.evaluate([True, True], predicate=0.5)  # type: ignore[arg-type]
   with pytest.raises(ValueError, match=r"metrics must be a list of per-robot metrics"):
@@ -335,6 +350,15 @@ def test_bad_guards_are_refused():
     guard_lib.ensemble_guard(shifted, bool, good, log="stdout")  # type: ignore[arg-type]
   with pytest.raises(ValueError, match=r"cost must be a function ctrls -> the plan's cost"):
     guard_lib.ensemble_guard(shifted, bool, good, cost=1.0)  # type: ignore[arg-type]
+  # A cost of the wrong shape: refused now, not by ilqr's first accept (a reshape error then).
+  def never(u):
+    raise AssertionError("the warm start was replayed before cost was checked")
+  with pytest.raises(ValueError, match=r"cost must return the plan's cost, one number, got "
+                     r"shape \(12,\)"):
+    guard_lib.ensemble_guard(never, bool, jnp.zeros((12, 2)),
+                             cost=lambda u: jnp.sum(u**2, axis=1))
+  with pytest.raises(ValueError, match=r"cost\(ctrls \(12, 2\)\) failed: KeyError"):
+    guard_lib.ensemble_guard(never, bool, jnp.zeros((12, 2)), cost=lambda u: {}["u"])
 
 
 def control_guard(replay, warm, log):

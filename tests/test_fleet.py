@@ -186,6 +186,16 @@ def test_choose_tail_per_robot_params_observations_and_failures(pendulum):
                                      observe=("geom_xpos",), return_scores=True)
   assert int(picked[0]) == 2 and int(picked[1]) == 0
   assert np.all(np.isfinite(np.asarray(scores[0]))) and np.all(np.isinf(np.asarray(scores[1])))
+  # A failed candidate 0 is never kept by the band, even an infinite one (inf <= inf kept it).
+  def first_fails(xs, sensors, obs):  # each robot's candidate 0 (rows 0 and 3) scores NaN
+    score = high_rod(xs, sensors, obs)
+    return jnp.where(jnp.arange(score.shape[0]) % 3 == 0, jnp.nan, score)
+
+  picked, scores = fleet.choose_tail(pendulum.params(1), states, tails(2), NSTEP, first_fails,
+                                     observe=(f for f in ["geom_xpos"]),  # type: ignore[arg-type]
+                                     keep_first=np.inf,
+                                     return_scores=True)  # observe from a generator, read once
+  assert np.all(np.isinf(np.asarray(scores[:, 0]))) and np.all(np.asarray(picked) != 0)
 
 
 @pytest.fixture
@@ -247,6 +257,7 @@ def test_choose_tail_refuses_bad_input_before_any_custom_call(pendulum, no_custo
           score=lambda xs, sensors, obs: obs["xpos"][:, 0, 0, 0])
   refused(r"score must be a function", score=None)
   refused(r"observe must be a sequence of mjData field names", observe="xpos")
+  refused(r"observe must be a sequence of mjData field names, got None", observe=None)
   refused(r"no_such_field", observe=("no_such_field",))
   refused(r"keep_first must be a number, got nan", keep_first=float("nan"))
   refused(r"nstep must be an int >= 1", nstep=0)

@@ -148,6 +148,20 @@ REFUSED = [
   ("ilqr bounds NaN", "ilqr(bounds=(math.nan, 1.0))", r"bounds\[0\] must not hold NaN"),
   ("ilqr bounds string", "ilqr(bounds='ab')", r"bounds must be a pair \(lower, upper\)"),
   ("ilqr bounds three", "ilqr(bounds=(0.0, 1.0, 2.0))", r"bounds must be a pair"),
+  # An infinite bound is no bound on its own side: +inf below or -inf above left no control
+  # (ilqr returned controls of 0, the sampling planner's own init failed its update).
+  ("ilqr lower bound +inf", "ilqr(bounds=(math.inf, math.inf))",
+   r"bounds\[0\] must not be inf \(an infinite bound is no bound, on its own side only\), got "
+   r"it at \[0, 1\]"),
+  ("sampling upper bound -inf", "sampling(bounds=(-math.inf, jnp.array([1.0, -math.inf])))",
+   r"bounds: lower > upper|bounds\[1\] must not be -inf"),
+  ("gaussian lower +inf", "control.gaussian_samples(key, jnp.zeros(2), 1.0, 2, lower=math.inf)",
+   r"lower must not be inf"),
+  ("gaussian upper -inf", "control.gaussian_samples(key, jnp.zeros(2), 1.0, 2, upper=-math.inf)",
+   r"upper must not be -inf"),
+  ("sampling update a NaN state", "(lambda p: p.update(p.init(), start.at[lay.qpos].set("
+   "jnp.nan), key))(sampling())", r"state must not hold NaN or inf: nan at index"),
+
   ("ilqr ctrls 1-D", "ilqr(ctrls=jnp.zeros(H))", r"ctrls must be \(T, nu=2\) controls"),
   ("ilqr ctrls strings", "ilqr(ctrls=[['a', 'b']])", r"ctrls must be an array of numbers"),
   ("ilqr start string", "ilqr(start='state')", r"start must be an array of numbers"),
@@ -159,6 +173,8 @@ REFUSED = [
        ("step_sizes", "string", "'ab'", r"settings.step_sizes must be a non-empty sequence"),
        ("step_sizes", "negative", "(1.0, -0.5)", r"settings.step_sizes\[1\] must be .*> 0"),
        ("step_sizes", "NaN", "(math.nan,)", r"settings.step_sizes\[0\]"),
+       ("step_sizes", "a 0-d array", "np.array(0.5)",  # once: len() of unsized object
+        r"settings.step_sizes must be a non-empty sequence of finite numbers > 0, got 0.5"),
        ("mu_init", "NaN", "math.nan", r"settings.mu_init must be a finite number, got nan"),
        ("mu_min", "above mu_init", "1.0", r"mu_min <= mu_init"),
        ("mu_factor", "below 1", "0.5", r"settings.mu_factor must be a finite number >= 1"),
@@ -326,6 +342,10 @@ REFUSED = [
    r"window\[1\] must be an int in \[2, 3\], got 1"),
   ("plan_variants window one number", "control.plan_variants(np.zeros((3, 2)), 1, window=(2,))",
    r"window must be \(begin, end\) knots"),
+  ("plan_variants ctrlrange of an actuator without ctrllimited",  # once: every control 0
+   "control.plan_variants(np.ones((3, 2)), 1, ctrlrange=[[-1.0, 1.0], [0.0, 0.0]])",
+   r"ctrlrange has lower == upper for controls \[1\] \(MuJoCo's \(0, 0\) of an actuator "
+   r"without ctrllimited\?\): give -inf, inf where a control is not limited"),
   ("plan_variants ctrlrange reversed",
    "control.plan_variants(np.zeros((3, 2)), 1, ctrlrange=[[1.0, -1.0]] * 2)",
    r"ctrlrange must be \(nu, 2\) limits"),
@@ -378,13 +398,53 @@ HOLDS = [
     np.testing.assert_array_equal(new_mean, samples[2])
     """)),
   ("cem planner keeps its plan when every candidate fails", textwrap.dedent("""
-    # A NaN start: MuJoCo resets every candidate, so every cost is infinite.
+    # A start too fast to simulate: MuJoCo resets every candidate, so every cost is infinite.
+    # (A NaN start is refused before any candidate runs.)
     p = sampling(method='cem', num_elites=2, noise=0.5)
     plan = p.init(jnp.tile(jnp.array([0.2, -0.1]), (H, 1)))
-    new, info = p.update(plan, start.at[lay.qpos].set(jnp.nan), key)
+    new, info = p.update(plan, start.at[lay.qvel].set(1e300), key)
     assert int(info.failed) == 4 and not np.isfinite(float(info.cost))
     np.testing.assert_array_equal(new.knots, plan.knots)
     np.testing.assert_array_equal(new.std, plan.std)
+    """)),
+  ("cem planner: a failed candidate is no elite while finite ones remain", textwrap.dedent("""
+    # Once 5 of the 6 elites were failed candidates (7 of 8 failed), averaged into the plan:
+    # a plan that had cost 0.51 failed.
+    def res(x, u, obs, t):  # NaN (a failed candidate) whenever a control is > 0
+      return jnp.where(jnp.any(u > 0.0), jnp.nan, 1.0) * jnp.concatenate([x[lay.qpos], u])
+    c = control.Cost(res, (control.Term(2, 1.0), control.Term(2, 0.1)))
+    p = control.sampling(c, sim.params(1), horizon=2, settings=control.CEMSettings(
+      num_samples=8, num_knots=2, num_elites=6, noise=0.5, interpolation="zero"))
+    plan = p.init()
+    new, info = p.update(plan, start, key)
+    assert 0 < int(info.failed) < 8
+    after = control.plan_cost(c, sim.params(1), start, p.controls(new))[0]
+    assert np.isfinite(float(after)), float(after)
+    """)),
+  ("predictive sampling never ends worse than its plan, knots out of bounds", textwrap.dedent("""
+    # A least-squares init put knots outside the bounds; candidate 0 was then the clipped knots,
+    # another plan, and the update could end worse than the plan it was given.
+    target = jnp.array([1.0, 1.0, -1.0])
+    cost = control.Cost(lambda x, u, obs, t: u - target[t], (control.Term(2, 1.0),))
+    p = control.sampling(cost, sim.params(1), horizon=3, bounds=(-1.0, 1.0),
+                         settings=control.PredictiveSettings(num_samples=2, num_knots=2,
+                                                             noise=0.0))
+    plan = p.init(jnp.stack([target, target], axis=1))
+    assert float(jnp.abs(plan.knots).max()) > 1.0
+    before = float(control.plan_cost(cost, sim.params(1), start, p.controls(plan))[0])
+    new, info = p.update(plan, start, key)
+    assert float(info.nominal_cost) == before
+    assert float(control.plan_cost(cost, sim.params(1), start, p.controls(new))[0]) <= before
+    """)),
+  ("plan_variants arrays for offsets, window and an unlimited ctrlrange", textwrap.dedent("""
+    # A JAX array of offsets and a numpy window were refused ('must be a sequence ..., got
+    # [3, 6]'); infinite limits are no limits.
+    out = control.plan_variants(np.ones((4, 2)), 2, offsets=jnp.array([0.0, 0.5]),
+                                actuators=[1], window=np.array([1, 3]),
+                                ctrlrange=[[-1.0, 1.0], [-math.inf, math.inf]])
+    assert out.shape == (1, 2, 4, 2)
+    np.testing.assert_array_equal(out[0, 1, :, 1], [1.0, 1.5, 1.5, 1.0])
+    np.testing.assert_array_equal(out[0, 0], np.ones((4, 2)))
     """)),
   ("receding horizon reports the real system's step", textwrap.dedent("""
     p = sampling(noise=0.5)

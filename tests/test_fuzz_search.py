@@ -250,6 +250,9 @@ REFUSED = [
   ("cem_search upper NaN entry", "search(upper=jnp.array([1.0, jnp.nan]))", r"upper must .*NaN"),
   ("cem_search lower wrong length", "search(lower=jnp.zeros(3))", r"lower must .*\(2,\)"),
   ("cem_search lower above upper", "search(lower=1.0, upper=-1.0)", r"lower must be <= upper"),
+  ("cem_search lower +inf", "search(lower=math.inf)",  # once: best [inf, inf], no error
+   r"lower must not be inf \(an infinite bound is no bound, on its own side only\)"),
+  ("cem_search upper -inf", "search(upper=-math.inf)", r"upper must not be -inf"),
   ("cem_search lower string", "search(lower='-1')", r"lower must be"),
   ("cem_search key an int", "search(key=0)", r"key must be one PRNG key or restarts = 1 of them"),
   ("cem_search key None", "search(key=None)", r"key must be one PRNG key"),
@@ -675,7 +678,7 @@ HOLDS = [
     assert pick.shape == (1,) and int(pick[0]) == 0 and scores.shape == (1, 1)
     pick, scores = choose(score=lambda xs, s, o: jnp.array([jnp.nan, 1.0]), return_scores=True,
                           keep_first=math.inf)
-    assert int(pick[0]) == 0 and scores[0, 0] == jnp.inf  # kept: inf <= inf
+    assert int(pick[0]) == 1 and scores[0, 0] == jnp.inf  # a failed first is never kept
     pick = choose(score=lambda xs, s, o: jnp.array([jnp.nan, 1.0]))
     assert int(pick[0]) == 1
     """)),

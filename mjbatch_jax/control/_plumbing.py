@@ -113,7 +113,18 @@ def check_bounds(bounds: Any, spec: SimSpec, what: str = "bounds") -> tuple[jax.
     if bad.size:
       raise ValueError(f"{what}: lower > upper for controls {bad.tolist()} (lower "
                        f"{lo_values[bad].tolist()}, upper {hi_values[bad].tolist()})")
+    check_open_sides(f"{what}[0]", lo_values, f"{what}[1]", hi_values)
   return lo, hi
+
+
+def check_open_sides(lower_name: str, lower: Any, upper_name: str, upper: Any) -> None:
+  """Refuse a lower bound of +inf or an upper bound of -inf (concrete numbers): infinite means
+  no bound on its own side, and these would leave no value at all (clipped to +-inf)."""
+  for name, values, side in ((lower_name, lower, np.inf), (upper_name, upper, -np.inf)):
+    bad = np.flatnonzero(np.asarray(values, np.float64).ravel() == side)
+    if bad.size:
+      raise ValueError(f"{name} must not be {side} (an infinite bound is no bound, on its own "
+                       f"side only), got it at {bad.tolist()}")
 
 
 def rows(params: Params, n: int) -> Params:

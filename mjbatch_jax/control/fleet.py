@@ -11,7 +11,7 @@
   steps picks the least; candidate 0 (the plan's own) is kept while its score is within a band.
 """
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any, NamedTuple
 
 import jax
@@ -222,9 +222,12 @@ def check_choice(spec: Any, rows: int | None, n: int, k: int, horizon: int, nste
   if not callable(score):
     raise ValueError(f"score must be a function (states, sensordata, obs) -> (N K,) numbers, "
                      f"got {v.shown(score)}")
-  if isinstance(observe, str) or not all(isinstance(f, str) for f in observe):
+  # Read once, into a tuple: a generator checked by iterating it would come back empty.
+  if isinstance(observe, str) or not isinstance(observe, Iterable):
     raise ValueError(f"observe must be a sequence of mjData field names, got {v.shown(observe)}")
   observe = tuple(observe)
+  if not all(isinstance(f, str) for f in observe):
+    raise ValueError(f"observe must be a sequence of mjData field names, got {v.shown(observe)}")
   shapes = {name: _checks.forward_shape(spec, name) for name in observe}
   if keep_first is not None:
     keep_first = v.number("keep_first", keep_first, allow_inf=True)
@@ -256,9 +259,9 @@ def choose_tail(params: Params, states: Any, candidates: Any, nstep: int,
   Every robot's K candidates run from its measured state on params (the model the robot is
   believed to be) in one rollout call of N x K rows, each control held for nstep physics steps.
   score rates each rollout; the least wins. With keep_first, candidate 0 (the plan's own tail,
-  say) is kept while its score is at most keep_first: a band that keeps the plan unless another
-  tail is clearly needed. A rollout that fails (a MuJoCo error, or MuJoCo reset it) or scores
-  NaN scores infinity.
+  say) is kept while its score is finite and at most keep_first: a band that keeps the plan
+  unless another tail is clearly needed. A rollout that fails (a MuJoCo error, or MuJoCo reset
+  it) or scores NaN scores infinity.
 
   Args:
     params: Params of one simulation (leaves (1, ...)) for every robot, or of N (one each).
@@ -317,8 +320,8 @@ def choose_tail(params: Params, states: Any, candidates: Any, nstep: int,
   values = jnp.where(pl.failed(warnings, codes) | jnp.isnan(values), jnp.inf, values)
   values = values.reshape(n, k)
   chosen = jnp.argmin(values, axis=1).astype(jnp.int32)
-  if keep_first is not None:
-    chosen = jnp.where(values[:, 0] <= keep_first, 0, chosen)
+  if keep_first is not None:  # a failed candidate 0 (infinite) is never kept, even by inf
+    chosen = jnp.where((values[:, 0] <= keep_first) & jnp.isfinite(values[:, 0]), 0, chosen)
   return (chosen, values) if return_scores else chosen
 
 

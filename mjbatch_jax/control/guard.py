@@ -108,6 +108,15 @@ def ensemble_guard(
     raise ValueError(f"cost must be a function ctrls -> the plan's cost, or None, got "
                      f"{v.shown(cost)}")
   say = log if log is not None else (lambda line: None)
+  if cost is not None:  # its shape now, traced as accept will trace it, not inside ilqr
+    try:
+      shape = jax.eval_shape(cost, jax.ShapeDtypeStruct(warm_start.shape, warm_start.dtype))
+    except Exception as e:
+      raise ValueError(f"cost(ctrls {tuple(warm_start.shape)}) failed: {type(e).__name__}: "
+                       f"{e}") from e
+    if getattr(shape, "shape", None) not in ((), (1,)):
+      raise ValueError(f"cost must return the plan's cost, one number, got shape "
+                       f"{getattr(shape, 'shape', type(shape).__name__)}")
 
   def judge(outputs: Any) -> EnsembleResult:
     result = evaluate(per_robot(outputs, "replay's outputs"), predicate, nominal=nominal)

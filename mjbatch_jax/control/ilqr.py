@@ -310,7 +310,8 @@ def _check_settings(settings: Any) -> ILQRSettings:
   for name in ILQRSettings._fields:
     v.static(f"settings.{name}", getattr(settings, name))  # static: hashed by jit
   steps = settings.step_sizes
-  if isinstance(steps, str) or not isinstance(steps, Sequence | np.ndarray) or not len(steps):
+  if (isinstance(steps, str) or not isinstance(steps, Sequence | np.ndarray)
+      or np.ndim(steps) != 1 or not len(steps)):  # a 0-d array has no len()
     raise ValueError("settings.step_sizes must be a non-empty sequence of finite numbers > 0, "
                      f"got {v.shown(steps)}")
   steps = tuple(v.number(f"settings.step_sizes[{i}]", a, low=0.0, low_open=True)

@@ -70,8 +70,10 @@ def gaussian_samples(key: Any, mean: Any, std: Any, num: int, lower: Any = -jnp.
   num = v.integer("num", num, low=1)
   lower = _like_mean("lower", lower, mean.shape, allow_inf=True)
   upper = _like_mean("upper", upper, mean.shape, allow_inf=True)
-  if pl.is_concrete(lower, upper) and np.any(np.asarray(lower) > np.asarray(upper)):
-    raise ValueError(f"lower must be <= upper, got {v.shown(lower)} and {v.shown(upper)}")
+  if pl.is_concrete(lower, upper):
+    if np.any(np.asarray(lower) > np.asarray(upper)):
+      raise ValueError(f"lower must be <= upper, got {v.shown(lower)} and {v.shown(upper)}")
+    pl.check_open_sides("lower", lower, "upper", upper)
   return _gaussian_samples(key, mean, std, num, lower, upper)
 
 
@@ -107,8 +109,18 @@ def _cem_update(mean, std, samples, costs, num_elites, smoothing=0.0, std_min=0.
   costs = jnp.where(jnp.isnan(costs), jnp.inf, costs)
   _, top = jax.lax.top_k(-costs, num_elites)
   elites = samples[top]
-  new_mean = smoothing * mean + (1 - smoothing) * elites.mean(axis=0)
-  new_std = jnp.maximum(smoothing * std + (1 - smoothing) * elites.std(axis=0), std_min)
+  # Fewer finite costs than elites: the statistics of the finite ones alone (a failed candidate
+  # says nothing of where to go). With every elite finite, the plain mean and std, so that the
+  # numbers are those of the unweighted formula to the last bit.
+  ok = jnp.isfinite(costs[top]).reshape((-1,) + (1,) * (elites.ndim - 1))
+  share = ok / jnp.maximum(ok.sum(), 1)
+  finite_mean = jnp.sum(share * elites, axis=0)
+  finite_std = jnp.sqrt(jnp.sum(share * (elites - finite_mean) ** 2, axis=0))
+  every = jnp.all(ok)
+  elite_mean = jnp.where(every, elites.mean(axis=0), finite_mean)
+  elite_std = jnp.where(every, elites.std(axis=0), finite_std)
+  new_mean = smoothing * mean + (1 - smoothing) * elite_mean
+  new_std = jnp.maximum(smoothing * std + (1 - smoothing) * elite_std, std_min)
   none = ~jnp.any(jnp.isfinite(costs))
   return jnp.where(none, mean, new_mean), jnp.where(none, std, new_std)
 
@@ -395,7 +407,7 @@ def sampling(cost: cost_lib.Cost, params: Params, *, horizon: int, nstep: int = 
   def update(plan: SamplingPlan, state: Any, key: Any, params_now: Params | None = None
              ) -> tuple[SamplingPlan, SamplingResult]:
     plan = checked(plan)
-    state = pl.check_start(state, spec, "state")
+    state = pl.check_start(state, spec, "state", finite=True)  # before any candidate runs
     key = pl.check_key("key", key)
     p = params if params_now is None else params_now
     if params_now is not None:
@@ -430,7 +442,9 @@ def _check_settings(settings: Any, horizon: int) -> Settings:
   k = v.integer("settings.num_samples", settings.num_samples, low=2)
   knots = int(settings.num_knots)
   noise = settings.noise
-  if isinstance(noise, Sequence | np.ndarray) and not isinstance(noise, str):
+  # One number per knot: a sequence or a 1-D array (numpy's or JAX's); a 0-d array is a number.
+  if not isinstance(noise, str) and isinstance(noise, Sequence | np.ndarray | jax.Array) and (
+      np.ndim(noise) == 1):
     if len(noise) != knots:
       raise ValueError(f"settings.noise must be a number >= 0 or num_knots={knots} of them, got "
                        f"{len(noise)} of them")
@@ -502,7 +516,10 @@ def _update_impl(cost, w, params, start, plan, key, lo, hi, interp, spread, floo
     knots, std = carry
     i, subkey = inputs
     scale = std if method == "cem" else spread * settings.noise_decay**i
-    candidates = _gaussian_samples(subkey, knots, scale, k, lo, hi)
+    # Candidate 0 is the plan itself, its knots unclipped: controls() clips after the
+    # interpolation, and a knot out of bounds (a least-squares init, a cubic shift) clipped
+    # before it would be another plan, at times a worse one.
+    candidates = _gaussian_samples(subkey, knots, scale, k, lo, hi).at[0].set(knots)
     costs = evaluate(candidates)
     if method == "predictive":
       knots = candidates[jnp.argmin(costs)]

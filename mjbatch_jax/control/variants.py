@@ -40,7 +40,8 @@ def plan_variants(ctrl: Any, at: int, *, holds: int = 1, offsets: Sequence[float
     offsets: the offsets tried (finite numbers, at least one).
     actuators: the controls the offsets are added to (indices in 0 .. nu - 1).
     window: (begin, end) knots of the offsets, 0 <= begin <= end <= F; None: every knot.
-    ctrlrange: (nu, 2) the controls' lower and upper limits (model.actuator_ctrlrange), or None.
+    ctrlrange: (nu, 2) the controls' lower and upper limits (model.actuator_ctrlrange where
+      every actuator is ctrllimited; infinite for one that is not), or None.
 
   Returns:
     A float64 numpy array (holds, len(offsets), F, nu).
@@ -61,7 +62,8 @@ def plan_variants(ctrl: Any, at: int, *, holds: int = 1, offsets: Sequence[float
                      f"{(frames, nu)}")
   at = v.integer("at", at, 1, frames)
   holds = v.integer("holds", holds, 1)
-  if isinstance(offsets, (str, bytes)) or not isinstance(offsets, Sequence | np.ndarray):
+  if (isinstance(offsets, (str, bytes))
+      or not isinstance(offsets, Sequence | np.ndarray | jax.Array) or np.ndim(offsets) != 1):
     raise ValueError(f"offsets must be a sequence of numbers, got {v.shown(offsets)}")
   offsets = [v.number(f"offsets[{k}]", o) for k, o in enumerate(offsets)]
   if not offsets:
@@ -72,7 +74,8 @@ def plan_variants(ctrl: Any, at: int, *, holds: int = 1, offsets: Sequence[float
   if window is None:
     begin, end = 0, frames
   else:
-    if not isinstance(window, Sequence) or isinstance(window, str) or len(window) != 2:
+    if (isinstance(window, str) or not isinstance(window, Sequence | np.ndarray | jax.Array)
+        or np.shape(window) != (2,)):
       raise ValueError(f"window must be (begin, end) knots, got {v.shown(window)}")
     begin = v.integer("window[0]", window[0], 0, frames)
     end = v.integer("window[1]", window[1], begin, frames)
@@ -81,6 +84,7 @@ def plan_variants(ctrl: Any, at: int, *, holds: int = 1, offsets: Sequence[float
     ctrlrange = np.asarray(ctrlrange, np.float64)  # in float64 whatever JAX's precision is
     if np.any(np.isnan(ctrlrange)) or np.any(ctrlrange[:, 0] > ctrlrange[:, 1]):
       raise ValueError("ctrlrange must be (nu, 2) limits, each lower <= upper and not NaN")
+    v.ctrlrange_rows("ctrlrange", ctrlrange)
   ctrl = np.asarray(given, np.float64)
   out = np.zeros((holds, len(offsets), frames, nu))
   for h in range(holds):
@@ -152,7 +156,8 @@ def fly_variants(params: Params, believed: Params, start: Any, variants: Any,
   """
   given = variants
   shape = v.array("variants", variants, finite=True).shape
-  if isinstance(choices, (str, bytes)) or not isinstance(choices, Sequence):
+  if (isinstance(choices, (str, bytes))
+      or not isinstance(choices, Sequence | np.ndarray | jax.Array) or np.ndim(choices) != 1):
     raise ValueError(f"choices must be a sequence of knots, got {v.shown(choices)}")
   axes = len(choices)
   if axes == 0 or len(shape) != axes + 2 or 0 in shape:

@@ -45,7 +45,7 @@ class SynergyProgram:
     ramp_s: the ramp after the last phase (s, > 0).
     interpolation: "hold" or "linear".
     durations: (lo, hi) bounds of a phase's duration (s), or None.
-    ctrlrange: (nu, 2) limits the controls are clipped to, or None.
+    ctrlrange: (nu, 2) limits the controls are clipped to (infinite: no limit), or None.
 
   Raises:
     ValueError: an argument is not of its kind, shape or range.
@@ -88,9 +88,12 @@ class SynergyProgram:
       durations = (lo, hi)
     self.durations = durations
     if ctrlrange is not None:
-      ctrlrange = numbers("ctrlrange", ctrlrange, (nu, 2))
+      # Infinite where a control has no limit; float64 on the host whatever JAX's precision is.
+      v.array("ctrlrange", ctrlrange, (nu, 2), finite=True, allow_inf=True)
+      ctrlrange = np.asarray(ctrlrange, np.float64)
       if np.any(ctrlrange[:, 0] > ctrlrange[:, 1]):
         raise ValueError("ctrlrange must be (nu, 2) limits, each lower <= upper")
+      v.ctrlrange_rows("ctrlrange", ctrlrange)
     self.ctrlrange = ctrlrange
 
   def phases(self, z: Any) -> Any:
