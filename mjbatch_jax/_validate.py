@@ -23,7 +23,7 @@ engine's messages; this module serves control, sysid, agents, envs, rotations an
 
 import math
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, TypeGuard
 
 import jax
 import jax.numpy as jnp
@@ -222,17 +222,34 @@ def vector(name: str, x: Any, size: int, **kwargs: Any) -> jax.Array:
   return x
 
 
-def ctrlrange_rows(name: str, limits: np.ndarray) -> None:
-  """Refuse (nu, 2) control limits with a row whose lower equals its upper.
+def ctrlrange(name: str, value: Any, nu: int) -> np.ndarray:
+  """value as (nu, 2) float64 control limits: lower <= upper, not NaN, infinite for no limit.
 
-  MuJoCo keeps (0, 0) in actuator_ctrlrange for an actuator that is not ctrllimited: clipped to
-  it, such a control would silently be 0. A control fixed on purpose is not a range to clip to.
+  A row whose lower equals its upper is refused: MuJoCo keeps (0, 0) in actuator_ctrlrange for an
+  actuator that is not ctrllimited, and a control clipped to it would silently be 0. A control
+  fixed on purpose is not a range to clip to. float64 on the host whatever JAX's precision is.
   """
+  array(name, value, (nu, 2), allow_inf=True)  # kinds and shape
+  limits = np.asarray(value, np.float64)
+  if np.any(np.isnan(limits)) or np.any(limits[:, 0] > limits[:, 1]):
+    raise ValueError(f"{name} must be (nu, 2) limits, each lower <= upper and not NaN")
   fixed = np.flatnonzero(limits[:, 0] == limits[:, 1])
   if fixed.size:
     raise ValueError(f"{name} has lower == upper for controls {fixed.tolist()} (MuJoCo's (0, 0) "
                      f"of an actuator without ctrllimited?): give -inf, inf where a control is "
                      f"not limited")
+  return limits
+
+
+def is_vector(value: Any) -> TypeGuard[Sequence[Any]]:
+  """Whether value is one-dimensional: a sequence (not a string) or a 1-D numpy or JAX array
+  (typed as a Sequence: the arrays take len() and indexing alike)."""
+  if isinstance(value, (str, bytes)) or not isinstance(value, Sequence | np.ndarray | jax.Array):
+    return False
+  try:
+    return np.ndim(value) == 1
+  except ValueError:  # a ragged sequence
+    return False
 
 
 def matches(shape: tuple[int, ...], want: Shape) -> bool:

@@ -117,6 +117,14 @@ def check_bounds(bounds: Any, spec: SimSpec, what: str = "bounds") -> tuple[jax.
   return lo, hi
 
 
+def check_lower_upper(lower: Any, upper: Any) -> None:
+  """Concrete bounds named lower and upper: lower <= upper, and each infinite on its own side
+  only."""
+  if np.any(np.asarray(lower) > np.asarray(upper)):
+    raise ValueError(f"lower must be <= upper, got {v.shown(lower)} and {v.shown(upper)}")
+  check_open_sides("lower", lower, "upper", upper)
+
+
 def check_open_sides(lower_name: str, lower: Any, upper_name: str, upper: Any) -> None:
   """Refuse a lower bound of +inf or an upper bound of -inf (concrete numbers): infinite means
   no bound on its own side, and these would leave no value at all (clipped to +-inf)."""

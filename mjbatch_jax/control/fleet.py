@@ -223,11 +223,10 @@ def check_choice(spec: Any, rows: int | None, n: int, k: int, horizon: int, nste
     raise ValueError(f"score must be a function (states, sensordata, obs) -> (N K,) numbers, "
                      f"got {v.shown(score)}")
   # Read once, into a tuple: a generator checked by iterating it would come back empty.
-  if isinstance(observe, str) or not isinstance(observe, Iterable):
+  names = None if isinstance(observe, str) or not isinstance(observe, Iterable) else tuple(observe)
+  if names is None or not all(isinstance(f, str) for f in names):
     raise ValueError(f"observe must be a sequence of mjData field names, got {v.shown(observe)}")
-  observe = tuple(observe)
-  if not all(isinstance(f, str) for f in observe):
-    raise ValueError(f"observe must be a sequence of mjData field names, got {v.shown(observe)}")
+  observe = names
   shapes = {name: _checks.forward_shape(spec, name) for name in observe}
   if keep_first is not None:
     keep_first = v.number("keep_first", keep_first, allow_inf=True)

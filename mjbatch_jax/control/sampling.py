@@ -17,7 +17,7 @@ costs infinity and the planning step goes on without it. The pure parts (`gaussi
 """
 
 import warnings
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from typing import Any, NamedTuple
 
 import jax
@@ -71,9 +71,7 @@ def gaussian_samples(key: Any, mean: Any, std: Any, num: int, lower: Any = -jnp.
   lower = _like_mean("lower", lower, mean.shape, allow_inf=True)
   upper = _like_mean("upper", upper, mean.shape, allow_inf=True)
   if pl.is_concrete(lower, upper):
-    if np.any(np.asarray(lower) > np.asarray(upper)):
-      raise ValueError(f"lower must be <= upper, got {v.shown(lower)} and {v.shown(upper)}")
-    pl.check_open_sides("lower", lower, "upper", upper)
+    pl.check_lower_upper(lower, upper)
   return _gaussian_samples(key, mean, std, num, lower, upper)
 
 
@@ -442,9 +440,7 @@ def _check_settings(settings: Any, horizon: int) -> Settings:
   k = v.integer("settings.num_samples", settings.num_samples, low=2)
   knots = int(settings.num_knots)
   noise = settings.noise
-  # One number per knot: a sequence or a 1-D array (numpy's or JAX's); a 0-d array is a number.
-  if not isinstance(noise, str) and isinstance(noise, Sequence | np.ndarray | jax.Array) and (
-      np.ndim(noise) == 1):
+  if v.is_vector(noise):  # one number per knot; a 0-d array is a number
     if len(noise) != knots:
       raise ValueError(f"settings.noise must be a number >= 0 or num_knots={knots} of them, got "
                        f"{len(noise)} of them")

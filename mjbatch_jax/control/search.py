@@ -139,9 +139,7 @@ def cem_search(objective: Callable[[jax.Array, jax.Array], Any], mean: Any, std:
   std = _spread(std, mean)
   lower = _bound("lower", lower, dim, -jnp.inf, mean.dtype)
   upper = _bound("upper", upper, dim, jnp.inf, mean.dtype)
-  if np.any(np.asarray(lower) > np.asarray(upper)):
-    raise ValueError(f"lower must be <= upper, got {v.shown(lower)} and {v.shown(upper)}")
-  pl.check_open_sides("lower", lower, "upper", upper)
+  pl.check_lower_upper(lower, upper)
   keys = _keys(key, restarts)
   iterations = v.integer("iterations", iterations, low=0)
   num_samples = v.integer("num_samples", num_samples, low=2)

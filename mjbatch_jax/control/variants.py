@@ -62,8 +62,7 @@ def plan_variants(ctrl: Any, at: int, *, holds: int = 1, offsets: Sequence[float
                      f"{(frames, nu)}")
   at = v.integer("at", at, 1, frames)
   holds = v.integer("holds", holds, 1)
-  if (isinstance(offsets, (str, bytes))
-      or not isinstance(offsets, Sequence | np.ndarray | jax.Array) or np.ndim(offsets) != 1):
+  if not v.is_vector(offsets):
     raise ValueError(f"offsets must be a sequence of numbers, got {v.shown(offsets)}")
   offsets = [v.number(f"offsets[{k}]", o) for k, o in enumerate(offsets)]
   if not offsets:
@@ -74,17 +73,12 @@ def plan_variants(ctrl: Any, at: int, *, holds: int = 1, offsets: Sequence[float
   if window is None:
     begin, end = 0, frames
   else:
-    if (isinstance(window, str) or not isinstance(window, Sequence | np.ndarray | jax.Array)
-        or np.shape(window) != (2,)):
+    if not v.is_vector(window) or len(window) != 2:
       raise ValueError(f"window must be (begin, end) knots, got {v.shown(window)}")
     begin = v.integer("window[0]", window[0], 0, frames)
     end = v.integer("window[1]", window[1], begin, frames)
   if ctrlrange is not None:
-    v.array("ctrlrange", ctrlrange, (nu, 2))
-    ctrlrange = np.asarray(ctrlrange, np.float64)  # in float64 whatever JAX's precision is
-    if np.any(np.isnan(ctrlrange)) or np.any(ctrlrange[:, 0] > ctrlrange[:, 1]):
-      raise ValueError("ctrlrange must be (nu, 2) limits, each lower <= upper and not NaN")
-    v.ctrlrange_rows("ctrlrange", ctrlrange)
+    ctrlrange = v.ctrlrange("ctrlrange", ctrlrange, nu)
   ctrl = np.asarray(given, np.float64)
   out = np.zeros((holds, len(offsets), frames, nu))
   for h in range(holds):
@@ -156,8 +150,7 @@ def fly_variants(params: Params, believed: Params, start: Any, variants: Any,
   """
   given = variants
   shape = v.array("variants", variants, finite=True).shape
-  if (isinstance(choices, (str, bytes))
-      or not isinstance(choices, Sequence | np.ndarray | jax.Array) or np.ndim(choices) != 1):
+  if not v.is_vector(choices):
     raise ValueError(f"choices must be a sequence of knots, got {v.shown(choices)}")
   axes = len(choices)
   if axes == 0 or len(shape) != axes + 2 or 0 in shape:

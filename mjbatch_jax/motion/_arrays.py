@@ -74,3 +74,10 @@ def _sizes(model: mujoco.MjModel) -> list[str]:
 
 
 _SIZES: list[str] | None = None
+
+
+def free_root(model: mujoco.MjModel) -> bool:
+  """Whether model's first joint is a free joint at body 1, the first body under the world: then
+  body 1's subtree (its centre of mass, its momentum) is the whole floating robot."""
+  return bool(model.njnt and model.jnt_type[0] == mujoco.mjtJoint.mjJNT_FREE
+              and model.jnt_bodyid[0] == 1)

@@ -25,7 +25,7 @@ import mujoco
 import numpy as np
 
 from mjbatch_jax import _validate as v
-from mjbatch_jax.motion._arrays import mj_model, numbers
+from mjbatch_jax.motion._arrays import free_root, mj_model, numbers
 from mjbatch_jax.motion.trajectory import angular_momentum
 
 
@@ -94,10 +94,8 @@ def ballistic_flight(model: mujoco.MjModel, joints: Any, dt: float, *, pitch0: f
                                      com0=[0.0, 0, 0.7], vel0=[-0.3, 0, 3.5])
   """
   model = mj_model("model", model)
-  # The whole robot is body 1's subtree (its momentum and centre of mass are read there): a body
-  # before the robot's root (a table, say) would measure that body instead.
-  if (model.njnt == 0 or model.jnt_type[0] != mujoco.mjtJoint.mjJNT_FREE
-      or model.jnt_bodyid[0] != 1):
+  # A body before the robot's root (a table, say) would be measured instead of the robot.
+  if not free_root(model):
     raise ValueError("model's first joint must be a free joint at body 1, the first body under "
                      "the world (the root that turns in flight)")
   if np.any(model.opt.gravity[:2] != 0) or model.opt.gravity[2] >= 0:

@@ -336,15 +336,12 @@ class IK:
                        f"{type(frames).__name__}")
     poses, errors, steps = [], [], []
     for k, tasks in enumerate(frames):
-      try:
+      try:  # a frame's bad tasks, or a step of its solve that is not finite
         compiled = self._compile(tasks)
+        with self._lock:
+          qpos, error, taken = self._solve(qpos, compiled, iterations, free_root)
       except ValueError as e:
         raise ValueError(f"frame {k}: {e}") from None
-      with self._lock:
-        try:
-          qpos, error, taken = self._solve(qpos, compiled, iterations, free_root)
-        except ValueError as e:
-          raise ValueError(f"frame {k}: {e}") from None
       poses.append(qpos.copy())
       errors.append(error)
       steps.append(taken)

@@ -79,7 +79,7 @@ class SynergyProgram:
     self.ramp_s = v.number("ramp_s", ramp_s, 0.0, low_open=True)
     self.interpolation = v.one_of("interpolation", interpolation, INTERPOLATIONS)
     if durations is not None:
-      if isinstance(durations, (str, bytes)) or np.ndim(durations) != 1 or len(durations) != 2:
+      if not v.is_vector(durations) or len(durations) != 2:
         raise ValueError(f"durations must be (lo, hi), a phase's shortest and longest duration "
                          f"(s), or None, got {v.shown(durations)}")
       lo, hi = (v.number(f"durations[{i}]", d, 0.0) for i, d in enumerate(durations))
@@ -87,14 +87,7 @@ class SynergyProgram:
         raise ValueError(f"durations must be (lo, hi) with lo <= hi, got {durations}")
       durations = (lo, hi)
     self.durations = durations
-    if ctrlrange is not None:
-      # Infinite where a control has no limit; float64 on the host whatever JAX's precision is.
-      v.array("ctrlrange", ctrlrange, (nu, 2), finite=True, allow_inf=True)
-      ctrlrange = np.asarray(ctrlrange, np.float64)
-      if np.any(ctrlrange[:, 0] > ctrlrange[:, 1]):
-        raise ValueError("ctrlrange must be (nu, 2) limits, each lower <= upper")
-      v.ctrlrange_rows("ctrlrange", ctrlrange)
-    self.ctrlrange = ctrlrange
+    self.ctrlrange = None if ctrlrange is None else v.ctrlrange("ctrlrange", ctrlrange, nu)
 
   def phases(self, z: Any) -> Any:
     """z (flat, or (P, S + 1)) as (P, S + 1); NaN and inf refused where z is concrete."""

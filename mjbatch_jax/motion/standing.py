@@ -13,12 +13,11 @@ from collections.abc import Sequence
 from typing import Any, NamedTuple
 
 import jax.numpy as jnp
-import mujoco
 import numpy as np
 
 from mjbatch_jax import _validate as v
 from mjbatch_jax import control
-from mjbatch_jax.motion._arrays import numbers
+from mjbatch_jax.motion._arrays import free_root, numbers
 from mjbatch_jax.simulator import Simulator
 
 
@@ -74,7 +73,7 @@ def standing_cost(sim: Any, floor: Sequence[int] | np.ndarray, feet: Sequence[st
   if not isinstance(sim, Simulator):
     raise ValueError(f"sim must be a mjbatch_jax.Simulator, got {type(sim).__name__}")
   model = sim.model
-  if model.njnt == 0 or model.jnt_type[0] != mujoco.mjtJoint.mjJNT_FREE or model.jnt_bodyid[0] != 1:
+  if not free_root(model):
     raise ValueError("the model must have a free joint at its root body (body 1): the cost holds "
                      "a floating base standing")
   if isinstance(floor, (str, bytes)) or not isinstance(floor, Sequence | np.ndarray):
