@@ -237,6 +237,48 @@ def test_fleet_refuses_bad_input_before_any_custom_call(pendulum, no_custom_call
     fleet.with_tail(planner, planner.init(), jnp.zeros(2))
 
 
+SLIDER_XML = """
+<mujoco>
+  <worldbody>
+    <body><joint name="x" type="slide" axis="1 0 0"/><joint name="y" type="slide" axis="0 1 0"/>
+      <geom type="sphere" size=".1" mass="1"/></body>
+  </worldbody>
+  <actuator><motor joint="x"/><motor joint="y"/></actuator>
+</mujoco>
+"""
+
+
+def test_a_planner_of_another_model_is_refused_naming_both(pendulum, no_custom_calls):
+  """Its states and controls would not fit the robots': refused before the trace, which would
+  have named arrays the caller never passed."""
+  params, starts, plans = robots_and_plans(pendulum)
+  keys = jax.random.split(jax.random.key(0), (3, KNOTS))
+  with mjbatch_jax.Simulator(mujoco.MjModel.from_xml_string(SLIDER_XML), num_threads=1) as other:
+    cost = control.Cost(lambda x, u, obs, t: u, (control.Term(2, 1.0),))
+    planner = control.sampling(cost, other.params(1), horizon=HORIZON, nstep=NSTEP,
+                               settings=control.PredictiveSettings(num_knots=3))
+    assert (planner.nstate, planner.nu) == (other.nstate, 2)
+    want = (rf"the planner plans with a model of nstate={other.nstate}, nu=2, but params is of a "
+            rf"model of nstate={pendulum.nstate}, nu=1")
+    with pytest.raises(ValueError, match=want):
+      fleet.receding_horizon_fleet(planner, params, starts, plans, keys)
+    with pytest.raises(ValueError, match=want):
+      control.receding_horizon(planner, pendulum.params(1))
+
+
+def test_a_planner_of_your_own_without_model_sizes_runs(pendulum):
+  """Planner's model sizes default to None (a Planner built by hand): nothing to check, and the
+  run is the same."""
+  params, starts, plans = robots_and_plans(pendulum)
+  keys = jax.random.split(jax.random.key(0), (3, KNOTS))
+  planner = planners(pendulum)["cem"]
+  own = control.Planner(*planner[:6])
+  assert (own.nstate, own.nu) == (None, None)
+  a = fleet.receding_horizon_fleet(planner, params, starts, plans, keys)
+  b = fleet.receding_horizon_fleet(own, params, starts, plans, keys)
+  np.testing.assert_array_equal(a.states, b.states)
+
+
 def test_choose_tail_refuses_bad_input_before_any_custom_call(pendulum, no_custom_calls):
   states, candidates = pendulum.init_state(2), tails(2)
 

@@ -168,6 +168,16 @@ def check_params_rows(params: Any, allowed: tuple[int, ...]) -> SimSpec:
   return spec
 
 
+def check_planner_fits(planner: Any, spec: SimSpec, what: str) -> None:
+  """A planner made on a model of other sizes than what's params would fail inside the trace,
+  naming arrays the caller never passed: refused here, naming both."""
+  sizes = (getattr(planner, "nstate", None), getattr(planner, "nu", None))
+  if None not in sizes and sizes != (spec.nstate, spec.nu):
+    raise ValueError(f"the planner plans with a model of nstate={sizes[0]}, nu={sizes[1]}, but "
+                     f"{what} is of a model of nstate={spec.nstate}, nu={spec.nu}: make the "
+                     f"planner with Params of the robots' model")
+
+
 def failed(warnings: jax.Array, errors: jax.Array) -> jax.Array:
   """(...,) whether a simulation had a MuJoCo error (partial results: `return_errors`), or
   MuJoCo reset it (bad qpos/qvel/qacc) or zeroed its controls."""

@@ -150,6 +150,7 @@ def receding_horizon_fleet(planner: Planner, params: Params, starts: Any, ctrls:
   horizon = pl.check_count("planner.horizon", planner.horizon)
   nstep = pl.check_count("planner.nstep", planner.nstep)
   spec, rows = params_rows(params)
+  pl.check_planner_fits(planner, spec, "params")
   starts = check_rows("starts", starts, (spec.nstate,), "a state row", finite=True)
   ctrls = v.array("ctrls", ctrls, finite=True)
   if ctrls.ndim not in (2, 3) or ctrls.shape[-1] != spec.nu or ctrls.shape[-2] < 1:

@@ -153,7 +153,7 @@ def ilqr_planner(cost: cost_lib.Cost, params: Params, *, horizon: int, nstep: in
     plan = checked(plan)
     return ILQRPlan(shift(plan.ctrls, v.integer("n", n, low=0)), plan.mu)
 
-  return Planner(init, update, controls, shifted, horizon, nstep)
+  return Planner(init, update, controls, shifted, horizon, nstep, spec.nstate, spec.nu)
 
 
 def receding_horizon(planner: Planner, params: Params, *, apply: int = 1,
@@ -193,6 +193,7 @@ def receding_horizon(planner: Planner, params: Params, *, apply: int = 1,
   horizon = pl.check_count("planner.horizon", planner.horizon)
   nstep = pl.check_count("planner.nstep", planner.nstep)
   spec = pl.check_params_rows(params, (1,))
+  pl.check_planner_fits(planner, spec, "params")
   apply = pl.check_count("apply", apply)
   if apply > horizon:
     raise ValueError(f"apply ({apply}) must be at most the planner's horizon ({horizon})")

@@ -329,6 +329,8 @@ class Planner(NamedTuple):
     controls: plan -> (T, nu) controls.
     shift: (plan, n) -> the plan n controls later (receding horizon).
     horizon, nstep: T and the physics steps per control.
+    nstate, nu: the sizes of the model it plans with (None in a Planner of your own: then what
+      runs it cannot check that its states and controls fit the robots').
   """
 
   init: Callable[..., Any]
@@ -337,6 +339,8 @@ class Planner(NamedTuple):
   shift: Callable[[Any, int], Any]
   horizon: int
   nstep: int
+  nstate: int | None = None
+  nu: int | None = None
 
 
 def sampling(cost: cost_lib.Cost, params: Params, *, horizon: int, nstep: int = 1,
@@ -424,7 +428,7 @@ def sampling(cost: cost_lib.Cost, params: Params, *, horizon: int, nstep: int = 
                                             n))
     return SamplingPlan(move @ plan.knots, plan.std)
 
-  return Planner(init, update, controls, shift, horizon, nstep)
+  return Planner(init, update, controls, shift, horizon, nstep, spec.nstate, spec.nu)
 
 
 def _check_settings(settings: Any, horizon: int) -> Settings:
