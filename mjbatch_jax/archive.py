@@ -30,22 +30,38 @@ def write(path: str | Path, arrays: Mapping[str, Any], header: Mapping[str, Any]
   folder; its folder is made if missing. ValueError, before anything is written, for a path that
   cannot be a file.
   """
-  path = _path(path)
-  if path.is_dir():
-    raise ValueError(f"path {path} is a folder, not a file name")
+  path = _check_file(_path(path), "path")
+  if not isinstance(arrays, Mapping) or not isinstance(header, Mapping):
+    raise ValueError(f"arrays and header must be mappings (dicts), got "
+                     f"{type(arrays).__name__} and {type(header).__name__}")
   if header_key in arrays:
     raise ValueError(f"an array may not be named {header_key!r}: the header is stored there")
-  values: dict[str, Any] = {str(key): np.asarray(value) for key, value in arrays.items()}
-  bad = [key for key, value in values.items() if value.dtype == object]
+  values: dict[str, Any] = {}
+  for key, value in arrays.items():
+    name = str(key)
+    if name in values or not name or "\0" in name:
+      raise ValueError(f"array names must be distinct non-empty strings without NUL once made "
+                       f"str, got {key!r}" + (" twice" if name in values else ""))
+    values[name] = np.asarray(value)
+  bad = [key for key, value in values.items() if value.dtype.hasobject]
   if bad:
     raise ValueError(f"arrays {bad} hold Python objects, which .npz stores only by pickling")
-  values[header_key] = np.array(json.dumps(plain(header), allow_nan=True))
+  text = json.dumps(plain(header), allow_nan=True)
+  if len(json.loads(text)) != len(header):
+    raise ValueError("header keys must be distinct once made str")
+  values[header_key] = np.array(text)
   try:
     path.parent.mkdir(parents=True, exist_ok=True)
   except OSError as e:
     raise ValueError(f"path {path} cannot be written: its folder {path.parent} cannot be made "
                      f"({e.strerror or e})") from None
-  tmp = path.with_name(path.name + ".tmp.npz")
+  # A name of its own for each write: two writers of one path never share a half-written file.
+  try:
+    handle, name = tempfile.mkstemp(dir=path.parent, prefix=".", suffix=".tmp.npz")
+  except OSError as e:
+    raise ValueError(f"path {path} cannot be written: {e.strerror or e}") from None
+  os.close(handle)
+  tmp = Path(name)
   try:
     if compress:
       np.savez_compressed(tmp, **values)
@@ -56,6 +72,17 @@ def write(path: str | Path, arrays: Mapping[str, Any], header: Mapping[str, Any]
     with contextlib.suppress(OSError):
       tmp.unlink(missing_ok=True)
     raise
+  return path
+
+
+def _check_file(path: Path, what: str) -> Path:
+  """path, unless something other than a regular file is there (a folder, a FIFO, a device):
+  renaming over it would replace it."""
+  if path.is_dir():
+    raise ValueError(f"{what} {path} is a folder, not a file name")
+  if path.exists() and not path.is_file():
+    raise ValueError(f"{what} {path} exists and is not a regular file (a FIFO, a device, ...): "
+                     f"not replacing it")
   return path
 
 
@@ -78,6 +105,16 @@ def read(path: str | Path, *, header_key: str = HEADER, what: str = "an archive"
     return ValueError(f"{path} is not {what}: {why}")
 
   try:
+    with path.open("rb") as f:
+      magic = f.read(4)
+  except OSError as e:
+    raise bad(f"it cannot be read ({e.strerror or e})") from None
+  if magic == b"\x93NUM":
+    raise bad("a single .npy array, not an .npz archive")
+  if magic[:2] != b"PK":  # numpy's own message for such a file suggests unpickling it
+    raise bad("not an .npz archive (a zip file): " + ("an empty file" if not magic else
+                                                      f"it starts with {magic!r}"))
+  try:
     saved = np.load(path, allow_pickle=False)
   except Exception as e:
     raise bad(f"not an .npz archive ({type(e).__name__}: {e})") from None
@@ -91,6 +128,9 @@ def read(path: str | Path, *, header_key: str = HEADER, what: str = "an archive"
       raise bad(f"a corrupted .npz archive ({type(e).__name__}: {e})") from None
     if corrupted is not None:
       raise bad(f"a corrupted .npz archive: {corrupted!r} fails its CRC check")
+    names = saved.zip.namelist() if saved.zip is not None else []
+    if len(set(names)) != len(names):  # only one of each name would be read, or checked
+      raise bad("a corrupted .npz archive: member names repeat")
     for key in saved.files:
       try:
         arrays[key] = saved[key]
@@ -120,9 +160,7 @@ def check_writable(path: str | Path, what: str = "path") -> Path:
 
   For long runs that write at the end of a period: a bad path fails before the work, not after.
   """
-  path = _path(path, what)
-  if path.is_dir():
-    raise ValueError(f"{what} {path} is a folder, not a file name")
+  path = _check_file(_path(path, what), what)
   try:
     path.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.NamedTemporaryFile(dir=path.parent, prefix=f".{path.name}.", suffix=".probe"):

@@ -38,6 +38,64 @@ def test_write_refuses_what_it_could_not_read_back(tmp_path):
   assert not (tmp_path / "x.npz").exists()
 
 
+def test_write_refuses_data_it_would_lose_or_mangle(tmp_path):
+  path = tmp_path / "x.npz"
+  for arrays, header, message in (
+      ({1: np.zeros(1), "1": np.ones(2)}, {}, "distinct .* got '1' twice"),
+      ({"a\0b": np.zeros(1)}, {}, "without NUL"),
+      ({"": np.zeros(1)}, {}, "non-empty"),
+      ({"x": np.zeros(2, dtype=[("o", object)])}, {}, "hold Python objects"),
+      ({"x": np.zeros(1)}, {1: "a", "1": "b"}, "header keys must be distinct"),
+      ({"x": np.zeros(1)}, [1, 2], "arrays and header must be mappings"),
+      ([("x", np.zeros(1))], {}, "arrays and header must be mappings")):
+    with pytest.raises(ValueError, match=message):
+      archive.write(path, arrays, header)  # pyright: ignore[reportArgumentType]
+  assert list(tmp_path.iterdir()) == []
+
+
+def test_write_replaces_only_a_regular_file(tmp_path):
+  import os
+
+  fifo = tmp_path / "pipe.npz"
+  os.mkfifo(fifo)
+  for call in (lambda: archive.write(fifo, {"x": np.zeros(1)}, {}),
+               lambda: archive.check_writable(fifo)):
+    with pytest.raises(ValueError, match="exists and is not a regular file"):
+      call()
+  assert fifo.is_fifo()
+
+
+def test_writers_of_one_path_never_leave_it_torn(tmp_path):
+  """Each write has a temporary file of its own: concurrent writers of one path leave one
+  whole file, the last renamed, and no temporary files."""
+  import threading
+
+  path, errors = tmp_path / "a.npz", []
+
+  def writer(k):
+    try:
+      for i in range(20):
+        archive.write(path, {f"k{k}": np.full(2000, i, float)}, {"k": k}, compress=True)
+        archive.read(path)
+    except Exception as e:  # noqa: BLE001  (reported below)
+      errors.append(e)
+
+  threads = [threading.Thread(target=writer, args=(k,)) for k in range(3)]
+  for thread in threads:
+    thread.start()
+  for thread in threads:
+    thread.join()
+  assert errors == [] and [p.name for p in tmp_path.iterdir()] == ["a.npz"]
+
+
+def test_repeated_member_names_are_a_corrupted_archive(tmp_path):
+  path = archive.write(tmp_path / "a.npz", {"x": np.zeros(2)}, {})
+  with zipfile.ZipFile(path, "a") as z, pytest.warns(UserWarning, match="Duplicate name"):
+    z.writestr("x.npy", b"")
+  with pytest.raises(ValueError, match="member names repeat"):
+    archive.read(path)
+
+
 @pytest.mark.parametrize("case", ["empty", "truncated", "garbage", "npy", "list", "text", "string",
                                   "noheader", "header_array"])
 def test_every_bad_file_is_a_value_error_naming_it(tmp_path, case):

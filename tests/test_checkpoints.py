@@ -89,7 +89,8 @@ def test_the_examples_checkpoint_still_reads():
 
 
 @pytest.mark.parametrize(("data", "message"), [
-  (b"", "not an .npz archive \\(EOFError"),
+  (b"", "not an .npz archive \\(a zip file\\): an empty file"),
+  (b'{"kind": "json"}', "not an .npz archive \\(a zip file\\): it starts with b'{\"ki'"),
   (b"\x80\x04garbage bytes", "not an .npz archive"),
   (b"PK\x03\x04" + bytes(60), "not an .npz archive \\(BadZipFile"),
   (b"\x93NUMPY\x01", "not an .npz archive"),
