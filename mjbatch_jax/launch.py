@@ -16,6 +16,7 @@ variables (docs/distributed.md), or let JAX read SLURM's.
 import argparse
 import contextlib
 import ctypes
+import math
 import os
 import signal
 import socket
@@ -55,6 +56,10 @@ EXIT_PEER_LOST = 75
 """The exit status of a process stopped because another one failed or went silent (sysexits'
 EX_TEMPFAIL, "temporary failure, try again": for training, resume from the checkpoint). The
 launcher reports the first rank that failed with another status as the cause."""
+
+
+MAX_PROCESSES = 1024
+"""The most ranks `launch` starts: they all run on this machine, so more is a typo, not a job."""
 
 
 def free_port() -> int:
@@ -115,8 +120,7 @@ def launch(
   Example:
     status = launch(2, ["examples/pg_distributed.py", "--iterations", "10"])
   """
-  if num_processes < 1:
-    raise ValueError(f"-n must be >= 1, got {num_processes}")
+  _check_arguments(num_processes, command, port, grace, timeout, peer_timeout)
   port = port or free_port()
   lock = threading.Lock()
   procs: list[subprocess.Popen[bytes]] = []
@@ -215,6 +219,33 @@ def launch(
   elif status:
     say(f"exit status {status}")
   return status
+
+
+def _check_arguments(num_processes, command, port, grace, timeout, peer_timeout) -> None:
+  """Every argument in its range before any process starts: after, a bad one would leave the
+  ranks running (a NaN grace or timeout was never reached)."""
+
+  def number(value: object) -> float | None:
+    ok = isinstance(value, (int, float)) and not isinstance(value, bool)
+    return float(value) if ok and math.isfinite(value) else None  # type: ignore[arg-type]
+
+  if (not isinstance(num_processes, int) or isinstance(num_processes, bool)
+      or not 1 <= num_processes <= MAX_PROCESSES):
+    raise ValueError(f"-n must be an int in [1, {MAX_PROCESSES}], got {num_processes!r}")
+  if (isinstance(command, (str, bytes)) or not isinstance(command, Sequence) or not command
+      or not all(isinstance(word, str) for word in command)):
+    raise ValueError(f"the command must be a non-empty list of strings (a script and its "
+                     f"arguments, or '-m', a module, ...), got {command!r}")
+  if port is not None and (not isinstance(port, int) or isinstance(port, bool)
+                           or not 1 <= port <= 65535):
+    raise ValueError(f"--port must be an int in [1, 65535], got {port!r}")
+  grace_s = number(grace)
+  if grace_s is None or grace_s < 0:
+    raise ValueError(f"--grace must be a finite number of seconds >= 0, got {grace!r}")
+  for name, value in (("--timeout", timeout), ("--peer-timeout", peer_timeout)):
+    seconds = None if value is None else number(value)
+    if value is not None and (seconds is None or not 0 < seconds <= 86400):
+      raise ValueError(f"{name} must be a number of seconds in (0, 86400], got {value!r}")
 
 
 def _culprit(failures: list[tuple[int, int, float]]) -> tuple[int, int, float]:

@@ -80,6 +80,36 @@ def test_setup_alone_is_the_plain_functions(cartpole):
     assert dist.records[0]["model"] == distributed.model_digest(cartpole)
 
 
+def test_local_gives_rows_or_refuses_another_split():
+  """On two devices of one process: rows split along axis 0 come back in order, an array split
+  along another axis is refused (it came back scrambled), as is a value that is no array."""
+  script = textwrap.dedent("""
+    import mujoco, numpy as np, jax
+    from jax.sharding import NamedSharding, PartitionSpec as P
+    from mjbatch_jax import distributed
+    model = mujoco.MjModel.from_xml_string(
+      '<mujoco><worldbody><body><joint/><geom size=".1"/></body></worldbody></mujoco>')
+    with distributed.setup(model, 2, num_threads=1) as d:
+      x = np.arange(8.0).reshape(2, 4)
+      assert np.array_equal(d.local(jax.device_put(x, NamedSharding(d.mesh, P("sims")))), x)
+      for bad in (jax.device_put(x, NamedSharding(d.mesh, P(None, "sims"))), x):
+        try:
+          d.local(bad)
+        except ValueError as e:
+          print("refused:", e)
+  """)
+  environment = {key: value for key, value in os.environ.items()
+                 if not key.startswith(("MJBATCH_JAX_", "SLURM_", "OMPI_"))}
+  environment["XLA_FLAGS"] = "--xla_force_host_platform_device_count=2"
+  done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                        timeout=LIMIT, env=environment, cwd=ROOT)
+  assert done.returncode == 0, done.stderr[-3000:]
+  refused = [line for line in done.stdout.splitlines() if line.startswith("refused:")]
+  assert len(refused) == 2, done.stdout
+  assert "split along its first axis only" in refused[0]
+  assert "must be a global jax.Array, got ndarray" in refused[1]
+
+
 @pytest.mark.usefixtures("alone")
 def test_setup_refuses_bad_inputs(cartpole):
   from jax.sharding import Mesh
@@ -379,6 +409,54 @@ def test_resumed_training_equals_uninterrupted(tmp_path, env):
             if line.split()[:2] in (["iteration", "5"], ["iteration", "6"])]
 
   assert costs(whole.stdout) == costs(resumed.stdout) and len(costs(whole.stdout)) == 2
+
+
+@pytest.mark.usefixtures("alone")
+@pytest.mark.parametrize(("kwargs", "message"), [
+  ({"num_processes": 0}, r"-n must be an int in \[1, 1024\], got 0"),
+  ({"num_processes": True}, r"-n must be an int"),
+  ({"num_processes": 5000}, r"-n must be an int in \[1, 1024\]"),
+  ({"command": "script.py"}, r"the command must be a non-empty list of strings"),
+  ({"command": []}, r"the command must be a non-empty list"),
+  ({"port": 70000}, r"--port must be an int in \[1, 65535\]"),
+  ({"port": "abc"}, r"--port must be an int"),
+  ({"grace": float("nan")}, r"--grace must be a finite number of seconds >= 0, got nan"),
+  ({"grace": "x"}, r"--grace must be"),
+  ({"timeout": float("nan")}, r"--timeout must be a number of seconds in \(0, 86400\]"),
+  ({"timeout": [5]}, r"--timeout must be"),
+  ({"peer_timeout": 0}, r"--peer-timeout must be"),
+  ({"peer_timeout": float("inf")}, r"--peer-timeout must be"),
+])
+def test_launch_refuses_bad_arguments_before_starting_a_rank(monkeypatch, kwargs, message):
+  def no_rank(*args, **kw):
+    raise AssertionError("a rank was started")
+
+  monkeypatch.setattr(launch.subprocess, "Popen", no_rank)
+  args = {"num_processes": 2, "command": ["script.py"], **kwargs}
+  with pytest.raises(ValueError, match=message):
+    launch.launch(args.pop("num_processes"), args.pop("command"), **args)
+
+
+@pytest.mark.usefixtures("alone")
+@pytest.mark.parametrize(("variables", "message"), [
+  ({"MJBATCH_JAX_COORDINATOR": "127.0.0.1:99999"}, r"port in \[1, 65535\], got '127.0.0.1:99999'"),
+  ({"MJBATCH_JAX_COORDINATOR": "127.0.0.1:"}, r"must be 'host:port' with a port"),
+  ({"MJBATCH_JAX_COORDINATOR": "127.0.0.1:abc"}, r"must be 'host:port' with a port"),
+  ({"MJBATCH_JAX_COORDINATOR": ":1234"}, r"must be 'host:port' with a port"),
+  ({"MJBATCH_JAX_NUM_PROCESSES": "1_0"}, r"must be ints, got '1_0'"),
+  ({"MJBATCH_JAX_PEER_TIMEOUT": "inf"}, r"MJBATCH_JAX_PEER_TIMEOUT must be a number of seconds "
+                                        r"in \(0, 86400\]"),
+  ({"MJBATCH_JAX_PEER_TIMEOUT": "1e300"}, r"MJBATCH_JAX_PEER_TIMEOUT must be"),
+  ({"MJBATCH_JAX_START_TIMEOUT": "inf"}, r"MJBATCH_JAX_START_TIMEOUT must be a number of "
+                                         r"seconds in \(0, 86400\]"),
+])
+def test_initialize_refuses_bad_variables_at_once(monkeypatch, variables, message):
+  base = {"MJBATCH_JAX_COORDINATOR": "127.0.0.1:1234", "MJBATCH_JAX_NUM_PROCESSES": "2",
+          "MJBATCH_JAX_PROCESS_ID": "1"}
+  for name, value in {**base, **variables}.items():
+    monkeypatch.setenv(name, value)
+  with pytest.raises(ValueError, match=message):
+    distributed.initialize()
 
 
 def test_launcher_splits_its_options_from_the_command():

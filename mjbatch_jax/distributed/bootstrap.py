@@ -74,15 +74,23 @@ def initialize(
 
 
 def _timeout(timeout: float | None) -> float:
+  name = "timeout"
   if timeout is None:
     text = os.environ.get(ENV_TIMEOUT)
+    name = ENV_TIMEOUT if text is not None else name
     try:
       timeout = DEFAULT_TIMEOUT if text is None else float(text)
     except ValueError:
       raise ValueError(f"{ENV_TIMEOUT} must be a number of seconds, got {text!r}") from None
-  if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not timeout > 0:
-    raise ValueError(f"timeout must be a number of seconds > 0, got {timeout!r}")
+  if (isinstance(timeout, bool) or not isinstance(timeout, (int, float, np.integer, np.floating))
+      or not 0 < timeout <= _LONGEST):
+    raise ValueError(f"{name} must be a number of seconds in (0, {_LONGEST:.0f}] (a day), got "
+                     f"{timeout!r}")
   return float(timeout)
+
+
+# JAX takes its timeouts as C ints of seconds: a day is longer than any start or silence to wait.
+_LONGEST = 86400.0
 
 
 def _start_timeout(timeout: float) -> float:
@@ -93,8 +101,9 @@ def _start_timeout(timeout: float) -> float:
     value = float(text)
   except ValueError:
     value = -1.0
-  if not value > 0:
-    raise ValueError(f"{ENV_START_TIMEOUT} must be a number of seconds > 0, got {text!r}")
+  if not 0 < value <= _LONGEST:
+    raise ValueError(f"{ENV_START_TIMEOUT} must be a number of seconds in (0, {_LONGEST:.0f}] "
+                     f"(a day), got {text!r}")
   return value
 
 
@@ -247,12 +256,16 @@ def _initialize_arguments(
                        f"{ENV_NUM_PROCESSES} and {ENV_PROCESS_ID} go together")
     coordinator = found["coordinator"]
     try:
+      if any("_" in (found[k] or "") for k in ("num_processes", "process_id")):
+        raise ValueError  # int() reads "1_0" as 10
       num_processes, process_id = int(found["num_processes"] or ""), int(found["process_id"] or "")
     except ValueError:
       raise ValueError(f"{ENV_NUM_PROCESSES} and {ENV_PROCESS_ID} must be ints, got "
                        f"{found['num_processes']!r} and {found['process_id']!r}") from None
-  if not isinstance(coordinator, str) or ":" not in coordinator:
-    raise ValueError(f"the coordinator must be 'host:port', got {coordinator!r}")
+  host, _, port = coordinator.rpartition(":") if isinstance(coordinator, str) else ("", "", "")
+  if not host or not port.isdigit() or not 1 <= int(port) <= 65535:
+    raise ValueError(f"the coordinator ({ENV_COORDINATOR} or initialize's coordinator) must be "
+                     f"'host:port' with a port in [1, 65535], got {coordinator!r}")
   for name, value in (("num_processes", num_processes), ("process_id", process_id)):
     if not isinstance(value, (int, np.integer)) or isinstance(value, bool):
       raise ValueError(f"{name} must be an int, got {value!r}")

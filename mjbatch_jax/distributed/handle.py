@@ -374,10 +374,21 @@ class Distributed:
     Example:
       cost = float(dist.local(cost))  # a replicated result of dist.map(..., out_specs=P())
     """
+    if not isinstance(x, jax.Array):
+      raise ValueError(f"x must be a global jax.Array, got {type(x).__name__}")
     if x.sharding.is_fully_replicated:
       return np.asarray(x.addressable_data(0))
-    shards = sorted(x.addressable_shards, key=lambda s: s.index[0].start or 0)
-    return np.concatenate([np.asarray(s.data) for s in shards])
+
+    def whole(index: slice, size: int) -> bool:
+      return (index.start or 0) == 0 and (size if index.stop is None else index.stop) == size
+
+    rows: dict[int, Any] = {}  # by first row: devices that hold the same rows give them once
+    for shard in x.addressable_shards:
+      if x.ndim == 0 or not all(map(whole, shard.index[1:], x.shape[1:])):
+        raise ValueError(f"x must be split along its first axis only (the simulations'), got "
+                         f"one split as {x.sharding}: dist.gather gives it whole")
+      rows.setdefault(shard.index[0].start or 0, shard)
+    return np.concatenate([np.asarray(rows[start].data) for start in sorted(rows)])
 
   def gather(self, tree: Any) -> Any:
     """The whole of every global array of a pytree, as numpy, in every process.
