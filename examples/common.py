@@ -99,7 +99,10 @@ def g1_scene(path: "str | Path | None", bodies: Sequence[str] = ()) -> mujoco.Mj
   when the model lacks the feet, bodies, a floor, a free root, one position servo per hinge or
   gravity along -z."""
   path = robot_scene(path, "unitree_g1")
-  spec = mujoco.MjSpec.from_file(str(path))
+  try:
+    spec = mujoco.MjSpec.from_file(str(path))
+  except ValueError as e:
+    raise SystemExit(f"{path}: MuJoCo cannot load it: {_first_line(e)}") from None
   missing = sorted(set(bodies).union(G1_FEET.values()) - {b.name for b in spec.bodies})
   if missing:
     raise SystemExit(f"{path} has no bodies named {missing}: the task names the Unitree G1's "
@@ -108,7 +111,10 @@ def g1_scene(path: "str | Path | None", bodies: Sequence[str] = ()) -> mujoco.Mj
     motion.floor_contact_sensors(spec, G1_FEET, robot="pelvis")
   except ValueError as e:
     raise SystemExit(f"{path}: {e} (the G1's scene.xml has a floor)") from None
-  model = spec.compile()
+  try:
+    model = spec.compile()
+  except ValueError as e:
+    raise SystemExit(f"{path}: MuJoCo cannot compile it: {_first_line(e)}") from None
   servo = (model.actuator_trntype == mujoco.mjtTrn.mjTRN_JOINT) & np.isclose(
     model.actuator_gainprm[:, 0], -model.actuator_biasprm[:, 1])
   free = model.jnt_type == mujoco.mjtJoint.mjJNT_FREE
@@ -147,11 +153,29 @@ def g1_labels(bodies: Sequence[str]) -> tuple[str, ...]:
 
 def robot_scene(path: "str | Path | None", name: str) -> Path:
   """path, or the shared models' <name>/scene.xml; SystemExit saying where to get it if absent."""
-  scene = Path(path) if path else MODELS / name / "scene.xml"
+  scene = Path(path) if path is not None else MODELS / name / "scene.xml"
   if not scene.is_file():
     raise SystemExit(f"no model at {scene}: pass --model PATH to {name}'s scene.xml (MuJoCo "
                      f"Menagerie's {name}, expected in {MODELS})")
   return scene
+
+
+def load_scene(path: "str | Path | None", name: str, bodies: Sequence[str] = ()
+               ) -> mujoco.MjModel:
+  """robot_scene(path, name) compiled, with a keyframe to start from and the bodies the task
+  names; SystemExit saying what is wrong otherwise (not MuJoCo's XML, another robot)."""
+  scene = robot_scene(path, name)
+  try:
+    model = mujoco.MjModel.from_xml_path(str(scene))
+  except ValueError as e:
+    raise SystemExit(f"{scene}: MuJoCo cannot load it: {_first_line(e)}") from None
+  missing = [b for b in bodies if mujoco.mj_name2id(model, mujoco.mjtObj.mjOBJ_BODY, b) < 0]
+  if missing:
+    raise SystemExit(f"{scene} has no bodies named {missing}: the task names the {name}'s "
+                     f"bodies")
+  if model.nkey == 0:
+    raise SystemExit(f"{scene} has no keyframe: the task starts from the {name}'s first one")
+  return model
 
 
 # -- the command line ----------------------------------------------------------------------------
@@ -212,7 +236,8 @@ def add_standard_args(parser: argparse.ArgumentParser, name: str, threads: int =
   cpus = os.cpu_count() or 1
   parser.add_argument("--threads", type=int_in(0, 4 * cpus, "physics threads, 0: one per CPU"),
                       default=threads, help=f"physics threads (default {threads}; 0: one per CPU)")
-  parser.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
+  parser.add_argument("--seed", type=int_in(0, 2**32 - 1, "random seed"), default=0,
+                      help="random seed (default 0)")
   parser.add_argument("--results", type=Path, default=RESULTS,
                       help="folder for the result, its plot and video (default examples/results)")
   parser.add_argument("--out", type=Path, default=None,
@@ -269,15 +294,48 @@ def config_from(args: argparse.Namespace, config: Any, flags: Iterable[str]) -> 
   return dataclasses.replace(config, **{field: getattr(args, field) for field in flags})
 
 
-def parse(parser: argparse.ArgumentParser, argv: Sequence[str] | None = None) -> argparse.Namespace:
+def parse(parser: argparse.ArgumentParser, argv: Sequence[str] | None = None, *,
+          replaceable: Callable[[Path], bool] | None = None) -> argparse.Namespace:
   """parser.parse_args, with args.out defaulting to RESULTS/<name>.npz; progress() without args
-  follows its --quiet."""
+  follows its --quiet.
+
+  --out is checked before any work: an .npz name (its JSON, plot and video go beside it under
+  other suffixes, so no output can overwrite the result) and, unless --play, a place a file can
+  be written that holds nothing else: an existing file there is overwritten only if
+  replaceable(path) (default: it is a result this example saved).
+  """
   global _QUIET
   args = parser.parse_args(argv)
   _QUIET = bool(getattr(args, "quiet", False))
-  if getattr(args, "out", None) is None and hasattr(args, "result_name"):
-    args.out = args.results / f"{args.result_name}.npz"
+  if hasattr(args, "result_name"):
+    if args.out is None:
+      args.out = args.results / f"{args.result_name}.npz"
+    _check_out(parser, args, replaceable or functools.partial(_is_result, args.result_name))
   return args
+
+
+def _is_result(kind: str, path: Path) -> bool:
+  try:
+    return archive.read(path)[1].get("kind") == kind
+  except ValueError:
+    return False
+
+
+def _check_out(parser: argparse.ArgumentParser, args: argparse.Namespace,
+               replaceable: Callable[[Path], bool]) -> None:
+  out = args.out
+  if out.suffix != ".npz":
+    parser.error(f"--out must name an .npz file (the result; its JSON, plot and video are "
+                 f"written beside it), got {out}")
+  if getattr(args, "play", False):
+    return  # load_result says what is wrong with it
+  try:
+    archive.check_writable(out, "--out")
+  except ValueError as e:
+    parser.error(str(e))
+  if out.exists() and not replaceable(out):
+    parser.error(f"--out {out} exists and is not a {args.result_name} result: not overwriting "
+                 f"it (remove it or give another --out)")
 
 
 # -- saved results -------------------------------------------------------------------------------
@@ -347,28 +405,40 @@ def load_result(path: Path, kind: str, version: str | None = None,
     raise SystemExit(str(e)) from None
   if header.get("kind") != kind:
     raise SystemExit(f"{path} is a {header.get('kind')!r} result, not a {kind!r} one")
+  meta = header.get("meta", {})
+  if not isinstance(meta, dict):
+    raise SystemExit(f"{path}: its metadata is not a JSON object; solve again")
+  if config is not None:  # before the version, which may hold the config: name what differs
+    ours = config_meta(config)["config"]
+    theirs = meta.get("config", {})
+    theirs = theirs if isinstance(theirs, dict) else {}
+    differ = sorted(k for k in ours.keys() | theirs.keys() if theirs.get(k) != ours.get(k))
+    if differ or ("config_fingerprint" in meta
+                  and meta["config_fingerprint"] != fingerprint(ours)):
+      shown = ", ".join(f"{k} (saved {theirs.get(k)!r}, here {ours.get(k)!r})" for k in differ)
+      raise SystemExit(f"{path} was solved with another config: "
+                       f"{shown or 'its record differs'}; give the same options or solve again")
   if version is not None and header.get("version") != version:
     raise SystemExit(f"{path} was saved for another version of the model or task "
                      f"({header.get('version')}, this script's is {version}): solve again")
-  missing = [key for key in keys if key not in arrays]
+  missing = [key for key in ([keys] if isinstance(keys, str) else keys) if key not in arrays]
   if missing:
     raise SystemExit(f"{path} lacks {missing}: it was saved by an older {kind}; solve again")
-  meta = header.get("meta", {})
-  want = config_meta(config) if config is not None else None
-  if want is not None and meta.get("config_fingerprint") != want["config_fingerprint"]:
-    theirs, ours = meta.get("config", {}), want["config"]
-    differ = sorted(k for k in ours.keys() | theirs.keys() if theirs.get(k) != ours.get(k))
-    shown = ", ".join(f"{k} (saved {theirs.get(k)!r}, here {ours.get(k)!r})" for k in differ)
-    raise SystemExit(f"{path} was solved with another config: {shown or 'its record differs'}; "
-                     f"give the same options or solve again")
   return arrays, meta
 
 
 def write_json(path: Path, value: Any) -> Path:
-  """value as indented JSON at path (numpy and JAX values made plain)."""
+  """value as indented JSON at path (numpy and JAX values made plain), written whole or not at
+  all (a temporary file renamed over it)."""
   path = Path(path)
   path.parent.mkdir(parents=True, exist_ok=True)
-  path.write_text(json.dumps(_plain(value), indent=2) + "\n")
+  text = json.dumps(_plain(value), indent=2) + "\n"
+  temporary = path.with_name(f".{path.name}.tmp")
+  try:
+    temporary.write_text(text)
+    os.replace(temporary, path)
+  finally:
+    temporary.unlink(missing_ok=True)
   return path
 
 

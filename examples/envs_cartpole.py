@@ -74,6 +74,8 @@ def main() -> None:
   parser.add_argument("--steps", type=int, default=500)
   parser.add_argument("--ppo", action="store_true", help="train with Brax's PPO")
   args = parser.parse_args()
+  if min(args.num_envs, args.steps) < 1:
+    parser.error("--num-envs and --steps must be at least 1")
   if args.ppo:
     train_ppo()
   else:

@@ -798,6 +798,8 @@ def parse_args(argv: list[str] | None = None) -> tuple[argparse.Namespace, Confi
   args = common.parse(parser, argv)
   if args.samples == 1:
     parser.error("argument --samples: 0 (no search) or at least 2 candidates")
+  if args.reference and args.play:
+    parser.error("--reference builds the reference and stops: leave out --play")
   return args, common.config_from(args, Config(), FLAGS)
 
 
@@ -810,7 +812,7 @@ def main(argv: list[str] | None = None) -> dict:
     ensemble = robots(sim, args.seed)
     if args.play:
       plan, meta = common.load_result(args.out, KIND, version=version(model), config=cfg, keys=(
-        "ctrl", "states", "holds", "landing_knots", "start"))
+        "ctrl", "states", "holds", "landing_knots", "start", "ref_qpos", "ref_xpos", "ref_xquat"))
     else:
       plan, solved = solve(args, cfg, sim, ensemble)
       meta = solved["meta"]

@@ -138,7 +138,7 @@ def print_table(columns: dict[str, dict]) -> None:
 
 
 def setup(args, frames: int):
-  model = mujoco.MjModel.from_xml_path(str(common.robot_scene(args.model, "unitree_g1")))
+  model = common.load_scene(args.model, "unitree_g1", bodies=TRACKED)
   sim = mjbatch_jax.Simulator(model, num_threads=args.threads)
   ref = reference(model, frames)
   start = common.g1_at_rest(sim, ref["qpos"][0])
@@ -191,11 +191,11 @@ def play(args) -> dict:
   print_table({"open-loop replay": result})
   qpos = replay[:, sim.layout.qpos]
   print(f"replay differs from the saved plan by {float(np.max(np.abs(qpos - saved['qpos']))):.1e}")
-  common.plot_series(args.results / "g1_tracking.png", FRAME_DT * np.arange(len(qpos)), {
+  common.plot_series(args.out.with_suffix(".png"), FRAME_DT * np.arange(len(qpos)), {
     "pelvis height (m)": {"replay": qpos[:, 2], "reference": ref["qpos"][:, 2],
                           "upright threshold": np.full(len(qpos), PELVIS_MIN)}},
     title=f"G1 tracking: iLQR cost {saved['costs'][0]:.3g} -> {saved['costs'][-1]:.3g}")
-  print(common.render(model, qpos[::4], args.results / "g1_tracking.gif", fps=12.5,
+  print(common.render(model, qpos[::4], args.out.with_suffix(".gif"), fps=12.5,
                       track_body="pelvis", distance=2.6, qpos_only=True))
   common.print_summary(result)
   return result

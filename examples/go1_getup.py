@@ -23,7 +23,6 @@ jax.config.update("jax_enable_x64", True)
 
 import common  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
-import mujoco  # noqa: E402
 import numpy as np  # noqa: E402
 
 import mjbatch_jax  # noqa: E402
@@ -71,7 +70,7 @@ def main(argv=None) -> dict:
   parser.add_argument("--model", default=None, help="the Go1's scene.xml (default: shared models)")
   parser.add_argument("--samples", type=common.int_in(2, 10**6, "candidates"), default=128)
   args = common.parse(parser, argv)
-  model = mujoco.MjModel.from_xml_path(str(common.robot_scene(args.model, "unitree_go1")))
+  model = common.load_scene(args.model, "unitree_go1", bodies=("trunk",))
   home, period = model.key_qpos[0].copy(), NSTEP * model.opt.timestep
   with mjbatch_jax.Simulator(model, num_threads=args.threads) as sim:
     start = lying_state(sim, home)

@@ -515,7 +515,7 @@ def main(argv: list[str] | None = None) -> dict | int:
   parser.add_argument("--resume", action="store_true", help="continue from the checkpoint --out")
   parser.add_argument("--command", type=float, default=PLAY_COMMAND, help="--play's m/s forward")
   parser.add_argument("--play-seconds", type=common.positive_float("seconds"), default=10.0)
-  args = common.parse(parser, argv)
+  args = common.parse(parser, argv, replaceable=lambda path: trained_collisions(path) is not None)
   preset = PRESETS.get(args.preset, {"flags": {}})
   clash = [f"--{flag.replace('_', '-')} {getattr(args, flag)}" for flag, value in
            preset["flags"].items() if getattr(args, flag) not in (None, value)]
@@ -539,7 +539,8 @@ def main(argv: list[str] | None = None) -> dict | int:
        f"--eval-every {args.eval_every}"),
       (not args.model.is_file(), f"--model {args.model}: no such file (Menagerie's "
        "unitree_go1/scene.xml)"),
-      (args.out.suffix != ".npz", f"--out must end in .npz, got {args.out}"),
+      (args.play and args.resume, "--play replays the policy at --out; --resume trains it on: "
+       "give one of them"),
       (args.preset and args.processes > 1, f"--preset {args.preset} trains in one process "
        "(its stop at the first passing check is process 0's): leave out --processes")):
     if wrong:
@@ -560,9 +561,12 @@ def main(argv: list[str] | None = None) -> dict | int:
   if args.processes > 1 and not launched:  # each process runs this script again
     return launch.launch(args.processes, [__file__, *(sys.argv[1:] if argv is None else argv)])
   try:
+    model = go1_model(args.model, {**default_config(), "collisions": args.collisions})
+  except ValueError as e:
+    parser.error(f"--model {args.model}: {e}")
+  try:
     # Starts the multi-process runtime when launched (before any JAX computation) and checks
     # that every process has the same model, versions and envs per device.
-    model = go1_model(args.model, {**default_config(), "collisions": args.collisions})
     dist = distributed.setup(model, args.num_envs, args.threads)
   except ValueError as e:
     parser.error(f"--num-envs {args.num_envs}: {e}")

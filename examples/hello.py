@@ -47,4 +47,6 @@ if __name__ == "__main__":
   parser.add_argument("--num-sims", type=int, default=NUM_SIMS, help="pendulums")
   parser.add_argument("--nstep", type=int, default=NSTEP, help="steps of each")
   args = parser.parse_args()
+  if min(args.num_sims, args.nstep) < 1:
+    parser.error("--num-sims and --nstep must be at least 1")
   main(args.num_sims, args.nstep)

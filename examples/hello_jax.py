@@ -66,4 +66,6 @@ if __name__ == "__main__":
   parser.add_argument("--num-calls", type=int, default=100, help="scan iterations (calls)")
   parser.add_argument("--nstep", type=int, default=10, help="mj_step calls per call")
   args = parser.parse_args()
+  if min(args.num_sims, args.num_calls, args.nstep) < 1:
+    parser.error("--num-sims, --num-calls and --nstep must be at least 1")
   main(args.num_sims, args.num_calls, args.nstep)

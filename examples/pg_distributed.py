@@ -27,6 +27,7 @@ import os
 import signal
 import sys
 import time
+import zipfile
 from pathlib import Path
 
 import jax
@@ -41,7 +42,7 @@ from jax.experimental import multihost_utils  # noqa: E402
 from jax.sharding import PartitionSpec as P  # noqa: E402
 
 import mjbatch_jax  # noqa: E402
-from mjbatch_jax import distributed, launch  # noqa: E402
+from mjbatch_jax import archive, distributed, launch  # noqa: E402
 
 CARTPOLE_XML = """
 <mujoco model="cartpole">
@@ -160,7 +161,11 @@ def train(args: argparse.Namespace) -> dict[str, np.ndarray]:
   if args.resume:
     if not checkpoint.exists():
       raise SystemExit(f"--resume: no checkpoint at {checkpoint}")
-    first, policy, opt_state, key_data = load(checkpoint, policy, opt_state, settings)
+    try:
+      first, policy, opt_state, key_data = load(checkpoint, policy, opt_state, settings)
+    except (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile) as e:
+      raise SystemExit(f"--resume: {checkpoint} is not a checkpoint of this example "
+                       f"({type(e).__name__}: {e})") from None
     say(f"resumed from {checkpoint} at iteration {first}", flush=True)
   policy, opt_state, key_data = dist.replicate((policy, opt_state, key_data))
   iteration = make_iteration(dist, args.horizon, optimizer)
@@ -187,6 +192,30 @@ def train(args: argparse.Namespace) -> dict[str, np.ndarray]:
   return final
 
 
+def check_args(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+  """Every flag in its range, and the files writable, before any process starts."""
+  for flag, low in (("processes", 1), ("iterations", 1), ("sims", 1), ("horizon", 1),
+                    ("hidden", 1), ("threads", 0), ("checkpoint_every", 1), ("seed", 0)):
+    if getattr(args, flag) < low:
+      parser.error(f"--{flag.replace('_', '-')} must be at least {low}, got {getattr(args, flag)}")
+  if args.seed >= 2**32 or (args.crash_after is not None and args.crash_after < 1):
+    parser.error("--seed must be below 2**32 and --crash-after at least 1")
+  if not (np.isfinite(args.lr) and args.lr > 0):
+    parser.error(f"--lr must be a finite number > 0, got {args.lr}")
+  if args.resume and not Path(args.checkpoint).is_file():  # before the ranks start, not in one
+    parser.error(f"--resume: no checkpoint at {args.checkpoint}")
+  for flag in ("checkpoint", "out"):
+    path = getattr(args, flag)
+    if path is None:
+      continue
+    if not str(path).endswith(".npz"):
+      parser.error(f"--{flag} must name an .npz file, got {path}")
+    try:
+      archive.check_writable(path, f"--{flag}")
+    except ValueError as e:
+      parser.error(str(e))
+
+
 def main(argv: list[str] | None = None) -> int:
   parser = argparse.ArgumentParser(
     description="Data-parallel policy gradient for a cart-pole, with checkpoints."
@@ -207,6 +236,7 @@ def main(argv: list[str] | None = None) -> int:
   parser.add_argument("--crash-after", type=int, default=None,
                       help="(for tests) the last process kills itself after this iteration")
   args = parser.parse_args(argv)
+  check_args(parser, args)
   if args.processes > 1 and launch.ENV_NUM_PROCESSES not in os.environ:
     # Each process runs this script again, with the same arguments; under the launcher,
     # --processes is ignored.

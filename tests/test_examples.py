@@ -134,6 +134,35 @@ def _refusal(script: str, *args: str) -> tuple[int, str]:
   return done.returncode, done.stderr
 
 
+def test_examples_refuse_another_robot_files_and_flags_up_front(tmp_path):
+  """Each a clear error before any solve, never a traceback (_refusal asserts that)."""
+  from tests.models import G1, GO1, MODELS_MISSING
+
+  if not (G1.exists() and GO1.exists()):
+    pytest.skip(MODELS_MISSING)
+  code, err = _refusal("g1_tracking.py", "--model", str(GO1), "--out", str(tmp_path / "t.npz"))
+  assert code == 1 and "has no bodies named" in err and "left_ankle_roll_link" in err
+  code, err = _refusal("go1_getup.py", "--model", str(G1), "--out", str(tmp_path / "g.npz"))
+  assert code == 1 and "has no bodies named ['trunk']" in err
+  code, err = _refusal("g1_jump.py", "--out", str(tmp_path / "plan.json"))
+  assert code == 2 and "--out must name an .npz file" in err
+  notes = tmp_path / "notes.npz"
+  notes.write_text("my notes")
+  code, err = _refusal("cartpole_swingup.py", "--out", str(notes))
+  assert code == 2 and "not overwriting it" in err and notes.read_text() == "my notes"
+  code, err = _refusal("g1_jump.py", "--play", "--seed", "1")  # the shipped plan: seed 0
+  assert code == 1 and "another config: seed (saved 0, here 1)" in err
+  code, err = _refusal("g1_backflip.py", "--reference", "--play")
+  assert code == 2 and "leave out --play" in err
+  code, err = _refusal("hello.py", "--num-sims", "0")
+  assert code == 2 and "must be at least 1" in err
+  for flags, message in ((["--lr", "nan"], "--lr must be a finite number > 0"),
+                         (["--checkpoint-every", "0"], "--checkpoint-every must be at least 1"),
+                         (["--checkpoint", str(tmp_path)], "--checkpoint must name an .npz")):
+    code, err = _refusal("pg_distributed.py", *flags)
+    assert code == 2 and message in err, err
+
+
 @pytest.mark.slow
 def test_arm_throw(tmp_path):
   # A reduced size: 4 searches of 16 candidates x 4 CEM iterations (the full run: 4 x 256 x 60).

@@ -181,6 +181,84 @@ def test_standard_flags_and_defaults(tmp_path):
     common.positive_float("x")("nan")
 
 
+def test_out_is_checked_before_any_work(tmp_path, capsys):
+  """--out names an .npz a result can be written to, and never overwrites anything else: the
+  example's JSON, plot and video go beside it under other suffixes."""
+  parser = common.example_parser("task", None)
+
+  def refused(message, *argv, **kw):
+    with pytest.raises(SystemExit) as stop:
+      common.parse(parser, list(argv), **kw)
+    assert stop.value.code == 2 and message in capsys.readouterr().err
+
+  refused("--out must name an .npz file", "--out", str(tmp_path / "plan.json"))
+  refused("--out must name an .npz file", "--out", str(tmp_path / "plan.png"), "--play")
+  (tmp_path / "folder.npz").mkdir()
+  refused("is a folder, not a file name", "--out", str(tmp_path / "folder.npz"))
+  (tmp_path / "file").write_text("x")
+  refused("cannot be written", "--out", str(tmp_path / "file" / "x.npz"))
+  refused("must be an integer in [0, 4294967295]", "--seed", "-1")
+  refused("must be an integer in [0, 4294967295]", "--seed", str(2**64))
+  notes = tmp_path / "notes.npz"
+  notes.write_text("my notes")
+  refused("exists and is not a task result: not overwriting it", "--out", str(notes))
+  assert notes.read_text() == "my notes"
+  other = common.save_result(tmp_path / "other.npz", "another", {"x": np.zeros(1)})
+  refused("exists and is not a task result", "--out", str(other))
+  mine = common.save_result(tmp_path / "mine.npz", "task", {"x": np.zeros(1)})
+  assert common.parse(parser, ["--out", str(mine)]).out == mine  # solved again: replaced
+  assert common.parse(parser, ["--out", str(other), "--play"]).out == other  # load_result says
+  assert common.parse(parser, ["--out", str(notes)], replaceable=lambda path: True).out == notes
+
+
+def test_load_result_names_the_config_before_the_version_that_holds_it(tmp_path):
+  @dataclasses.dataclass(frozen=True)
+  class Config:
+    samples: int = 40
+
+  path = common.save_result(tmp_path / "x.npz", "task", {"ctrl": np.zeros(2)},
+                            {"config": Config()}, version="v(40)")
+  assert common.load_result(path, "task", "v(40)", "ctrl", config=Config())[1]["config"] == {
+    "samples": 40}
+  with pytest.raises(SystemExit, match=r"another config: samples \(saved 40, here 41\)"):
+    common.load_result(path, "task", "v(41)", config=Config(41))
+  with pytest.raises(SystemExit, match=r"lacks \['gains'\]"):
+    common.load_result(path, "task", keys="gains")
+  path = common.save_result(tmp_path / "y.npz", "task", {"ctrl": np.zeros(2)})
+  archive = mjbatch_jax.archive
+  arrays, header = archive.read(path)
+  archive.write(path, arrays, {**header, "meta": [1, 2]})
+  with pytest.raises(SystemExit, match="its metadata is not a JSON object"):
+    common.load_result(path, "task", config=Config())
+
+
+def test_write_json_replaces_the_file_whole(tmp_path):
+  path = common.write_json(tmp_path / "a" / "x.json", {"v": np.float64(1.5), "n": np.arange(2)})
+  assert path.read_text() == '{\n  "v": 1.5,\n  "n": [\n    0,\n    1\n  ]\n}\n'
+  with pytest.raises(TypeError):
+    common.write_json(path, {"v": object()})
+  assert path.read_text().startswith('{\n  "v": 1.5') and [p.name for p in path.parent.iterdir()
+                                                         ] == ["x.json"]
+
+
+def test_load_scene_refuses_what_is_not_the_robot(tmp_path):
+  bad = tmp_path / "bad.xml"
+  bad.write_text("<html></html>")
+  with pytest.raises(SystemExit, match="MuJoCo cannot load it"):
+    common.load_scene(bad, "unitree_go1")
+  ball = tmp_path / "ball.xml"
+  ball.write_text('<mujoco><worldbody><body name="ball"><freejoint/><geom size=".1"/></body>'
+                  '</worldbody></mujoco>')
+  with pytest.raises(SystemExit, match=r"has no bodies named \['trunk'\]"):
+    common.load_scene(ball, "unitree_go1", bodies=("trunk",))
+  with pytest.raises(SystemExit, match="has no keyframe"):
+    common.load_scene(ball, "unitree_go1", bodies=("ball",))
+  with pytest.raises(SystemExit, match="no model at"):
+    common.load_scene("", "unitree_go1")  # not the default model
+  with pytest.raises(SystemExit, match="MuJoCo cannot load it"):
+    common.g1_scene(bad)
+
+
 def test_example_parser_has_the_standard_flags_and_the_mpc_ones_when_asked(tmp_path):
   args = common.parse(common.example_parser("task", "A task.", threads=2),
                       ["--results", str(tmp_path)])

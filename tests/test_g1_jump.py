@@ -115,8 +115,8 @@ def test_reduced_solve_replays_to_its_summary_and_refusals(jump, tmp_path, capsy
   assert last_json(capsys) == json.loads(json.dumps(played))
   assert played == saved
   assert (tmp_path / "g1_jump.png").exists()
-  # The plan of another configuration is refused, not replayed.
-  with pytest.raises(SystemExit, match="another version"):
+  # The plan of another configuration is refused naming what differs, not replayed.
+  with pytest.raises(SystemExit, match=r"another config: samples \(saved 4, here 5\)"):
     jump.main([*small[2:], "--samples", "5", "--play"])
   with pytest.raises(SystemExit, match="no result file"):
     jump.main(["--play", "--out", str(tmp_path / "none.npz")])

@@ -201,7 +201,7 @@ def test_tiny_training_resume_and_play(tmp_path):
   assert (tmp_path / "go1_play.png").is_file()
 
 
-@pytest.mark.slow  # eight runs of the example's command line in child processes
+@pytest.mark.slow  # nine runs of the example's command line in child processes
 def test_refusals(tmp_path):
   cases = [
     (["--play", "--command", "1.5"], "outside the trained range [0.0, 1.0]"),
@@ -209,7 +209,8 @@ def test_refusals(tmp_path):
     (["--num-envs", "10", "--minibatches", "4"], "--num-envs 10 must be a multiple of"),
     (["--iterations", "5", "--eval-every", "2"], "must be a multiple of --eval-every"),
     (["--num-envs", "0"], "must be an integer in [1,"),
-    (["--out", str(tmp_path / "policy.pt")], "--out must end in .npz"),
+    (["--out", str(tmp_path / "policy.pt")], "--out must name an .npz file"),
+    (["--play", "--resume"], "give one of them"),
     (["--play", "--out", str(tmp_path / "missing.npz")], "no checkpoint at"),
     (["--resume", "--out", str(tmp_path / "missing.npz"), *TINY], "no checkpoint at"),
   ]
