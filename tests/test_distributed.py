@@ -13,6 +13,7 @@ import sys
 import textwrap
 import time
 from pathlib import Path
+from typing import Any
 
 import jax
 import numpy as np
@@ -108,6 +109,27 @@ def test_local_gives_rows_or_refuses_another_split():
   assert len(refused) == 2, done.stdout
   assert "split along its first axis only" in refused[0]
   assert "must be a global jax.Array, got ndarray" in refused[1]
+
+
+def test_settings_compared_across_processes_by_value(cartpole):
+  """What setup's check compares: a long selection differing in its middle differs (numpy's repr
+  elides the middle), a tuple or numpy int equals the list or int it holds."""
+  from jax.sharding import Mesh
+
+  from mjbatch_jax.distributed import handle
+
+  mesh = Mesh(np.array(jax.devices("cpu")[:1]), ("sims",))
+
+  def settings(select, keyframe: Any = 0):
+    return handle._record(cartpole, None, 4, "sims", mesh, ("geom_friction",), (), select,
+                          keyframe, None)["settings"]
+
+  rows = np.arange(1100)
+  swapped = rows.copy()
+  swapped[[500, 501]] = swapped[[501, 500]]
+  assert settings({"geom_friction": rows}) != settings({"geom_friction": swapped})
+  assert settings({"geom_friction": (0, 1)}) == settings({"geom_friction": np.array([0, 1])})
+  assert settings({"geom_friction": [0, 1]}, np.int64(0)) == settings({"geom_friction": [0, 1]})
 
 
 @pytest.mark.usefixtures("alone")
