@@ -409,12 +409,12 @@ def load_result(path: Path, kind: str, version: str | None = None,
   if not isinstance(meta, dict):
     raise SystemExit(f"{path}: its metadata is not a JSON object; solve again")
   if config is not None:  # before the version, which may hold the config: name what differs
-    ours = config_meta(config)["config"]
-    theirs = meta.get("config", {})
+    want = config_meta(config)
+    ours, theirs = want["config"], meta.get("config", {})
     theirs = theirs if isinstance(theirs, dict) else {}
     differ = sorted(k for k in ours.keys() | theirs.keys() if theirs.get(k) != ours.get(k))
-    if differ or ("config_fingerprint" in meta
-                  and meta["config_fingerprint"] != fingerprint(ours)):
+    if differ or meta.get("config_fingerprint", want["config_fingerprint"]) != (
+        want["config_fingerprint"]):
       shown = ", ".join(f"{k} (saved {theirs.get(k)!r}, here {ours.get(k)!r})" for k in differ)
       raise SystemExit(f"{path} was solved with another config: "
                        f"{shown or 'its record differs'}; give the same options or solve again")

@@ -158,9 +158,7 @@ def train(args: argparse.Namespace) -> dict[str, np.ndarray]:
   key_data = np.asarray(jax.random.key_data(jax.random.key(args.seed)))
   first = 0
   checkpoint = Path(args.checkpoint)
-  if args.resume:
-    if not checkpoint.exists():
-      raise SystemExit(f"--resume: no checkpoint at {checkpoint}")
+  if args.resume:  # check_args saw the checkpoint there before any rank started
     try:
       first, policy, opt_state, key_data = load(checkpoint, policy, opt_state, settings)
     except (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile) as e:

@@ -109,9 +109,7 @@ def read(path: str | Path, *, header_key: str = HEADER, what: str = "an archive"
       magic = f.read(4)
   except OSError as e:
     raise bad(f"it cannot be read ({e.strerror or e})") from None
-  if magic == b"\x93NUM":
-    raise bad("a single .npy array, not an .npz archive")
-  if magic[:2] != b"PK":  # numpy's own message for such a file suggests unpickling it
+  if magic[:2] != b"PK" and magic != b"\x93NUM":  # numpy's message would suggest unpickling
     raise bad("not an .npz archive (a zip file): " + ("an empty file" if not magic else
                                                       f"it starts with {magic!r}"))
   try:

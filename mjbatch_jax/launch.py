@@ -61,6 +61,10 @@ launcher reports the first rank that failed with another status as the cause."""
 MAX_PROCESSES = 1024
 """The most ranks `launch` starts: they all run on this machine, so more is a typo, not a job."""
 
+MAX_TIMEOUT = 86400.0
+"""The longest peer or start timeout in seconds (a day), the launcher's and initialize's: JAX
+takes its timeouts as C ints of seconds, and no start or silence is worth waiting longer."""
+
 
 def free_port() -> int:
   """A TCP port free on 127.0.0.1 right now (the coordinator binds it a moment later)."""
@@ -244,8 +248,9 @@ def _check_arguments(num_processes, command, port, grace, timeout, peer_timeout)
     raise ValueError(f"--grace must be a finite number of seconds >= 0, got {grace!r}")
   for name, value in (("--timeout", timeout), ("--peer-timeout", peer_timeout)):
     seconds = None if value is None else number(value)
-    if value is not None and (seconds is None or not 0 < seconds <= 86400):
-      raise ValueError(f"{name} must be a number of seconds in (0, 86400], got {value!r}")
+    if value is not None and (seconds is None or not 0 < seconds <= MAX_TIMEOUT):
+      raise ValueError(f"{name} must be a number of seconds in (0, {MAX_TIMEOUT:.0f}], got "
+                       f"{value!r}")
 
 
 def _culprit(failures: list[tuple[int, int, float]]) -> tuple[int, int, float]:

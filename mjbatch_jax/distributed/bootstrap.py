@@ -21,6 +21,7 @@ from mjbatch_jax.launch import (
   ENV_START_TIMEOUT,
   ENV_TIMEOUT,
   EXIT_PEER_LOST,
+  MAX_TIMEOUT,
 )
 
 
@@ -83,14 +84,10 @@ def _timeout(timeout: float | None) -> float:
     except ValueError:
       raise ValueError(f"{ENV_TIMEOUT} must be a number of seconds, got {text!r}") from None
   if (isinstance(timeout, bool) or not isinstance(timeout, (int, float, np.integer, np.floating))
-      or not 0 < timeout <= _LONGEST):
-    raise ValueError(f"{name} must be a number of seconds in (0, {_LONGEST:.0f}] (a day), got "
+      or not 0 < timeout <= MAX_TIMEOUT):
+    raise ValueError(f"{name} must be a number of seconds in (0, {MAX_TIMEOUT:.0f}] (a day), got "
                      f"{timeout!r}")
   return float(timeout)
-
-
-# JAX takes its timeouts as C ints of seconds: a day is longer than any start or silence to wait.
-_LONGEST = 86400.0
 
 
 def _start_timeout(timeout: float) -> float:
@@ -101,8 +98,8 @@ def _start_timeout(timeout: float) -> float:
     value = float(text)
   except ValueError:
     value = -1.0
-  if not 0 < value <= _LONGEST:
-    raise ValueError(f"{ENV_START_TIMEOUT} must be a number of seconds in (0, {_LONGEST:.0f}] "
+  if not 0 < value <= MAX_TIMEOUT:
+    raise ValueError(f"{ENV_START_TIMEOUT} must be a number of seconds in (0, {MAX_TIMEOUT:.0f}] "
                      f"(a day), got {text!r}")
   return value
 
