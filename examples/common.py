@@ -282,10 +282,22 @@ def example_parser(name: str, description: str | None, threads: int = 0,
 def config_flags(parser: argparse.ArgumentParser, config: Any,
                  flags: dict[str, tuple[int, int, str]]) -> None:
   """An integer flag per named field of a frozen config dataclass: {field: (lo, hi, what)} gives
-  --field-name in [lo, hi], defaulting to config's value; config_from reads them back."""
+  --field-name in [lo, hi], defaulting to config's value; config_from reads them back.
+
+  Raises:
+    ValueError: config lacks a field, or its value is no integer in [lo, hi] (argparse does not
+      check defaults: the run would use a value its flag refuses).
+  """
   for field, (lo, hi, what) in flags.items():
+    flag = f"--{field.replace('_', '-')}"
+    if not hasattr(config, field):
+      raise ValueError(f"config_flags: {type(config).__name__} has no field {field!r} for {flag}")
     default = getattr(config, field)
-    parser.add_argument(f"--{field.replace('_', '-')}", dest=field, type=int_in(lo, hi, what),
+    if (isinstance(default, bool) or not isinstance(default, int | np.integer)
+        or not lo <= default <= hi):
+      raise ValueError(f"config_flags: {type(config).__name__}.{field} must be an integer in "
+                       f"[{lo}, {hi}] ({what}), the range of {flag}, got {default!r}")
+    parser.add_argument(flag, dest=field, type=int_in(lo, hi, what),
                         default=default, help=f"{what} (default {default})")
 
 
@@ -427,12 +439,35 @@ def load_result(path: Path, kind: str, version: str | None = None,
   return arrays, meta
 
 
+def _strict(value: Any) -> Any:
+  """_plain(value) with every non-finite float (inf, -inf, nan) made None: JSON's null, where
+  Python would write Infinity or NaN, which strict JSON parsers (JavaScript's, jq) refuse."""
+  if isinstance(value, dict):
+    return {k: _strict(v) for k, v in value.items()}
+  if isinstance(value, list):
+    return [_strict(v) for v in value]
+  if isinstance(value, float) and not np.isfinite(value):
+    return None
+  return value
+
+
+def _json(value: Any, indent: int | None = None) -> str:
+  """value as strict JSON (see _strict); allow_nan=False: a float that slipped through fails
+  here rather than in the reader."""
+  return json.dumps(_strict(_plain(value)), indent=indent, allow_nan=False)
+
+
 def write_json(path: Path, value: Any) -> Path:
-  """value as indented JSON at path (numpy and JAX values made plain), written whole or not at
-  all (a temporary file renamed over it)."""
+  """value as indented strict JSON at path, written whole or not at all (a temporary file
+  renamed over it).
+
+  numpy and JAX values are made plain, and non-finite floats (Python's, numpy scalars, inside
+  arrays) become null: strict JSON has no Infinity or NaN (g1_jump --iterations 0's best value
+  is inf).
+  """
   path = Path(path)
   path.parent.mkdir(parents=True, exist_ok=True)
-  text = json.dumps(_plain(value), indent=2) + "\n"
+  text = _json(value, indent=2) + "\n"
   temporary = path.with_name(f".{path.name}.tmp")
   try:
     temporary.write_text(text)
@@ -443,8 +478,9 @@ def write_json(path: Path, value: Any) -> Path:
 
 
 def print_summary(value: dict[str, Any]) -> None:
-  """value as one JSON line on stdout: the last line an example prints, for scripts and tests."""
-  print(json.dumps(_plain(value)), flush=True)
+  """value as one line of strict JSON on stdout: the last line an example prints, for scripts
+  and tests. As write_json: numpy and JAX values made plain, non-finite floats null."""
+  print(_json(value), flush=True)
 
 
 # -- timing --------------------------------------------------------------------------------------
@@ -494,7 +530,17 @@ def secant(f: Callable[[float], tuple[float, Any]], x0: float, x1: float, *,
 
     x, out, misses = secant(lambda x: (x * x - 2, None), 1.0, 2.0,
                             done=lambda miss, _: abs(miss) < 1e-9)
+
+  Raises:
+    ValueError: x0 and x1 are not two different finite numbers (the first secant step divides
+      by their difference), or tries is not an int >= 1.
   """
+  if not all(isinstance(x, int | float | np.integer | np.floating) and not isinstance(x, bool)
+             and np.isfinite(x) for x in (x0, x1)) or x0 == x1:
+    raise ValueError(f"secant: x0 and x1 must be two different finite numbers (the first "
+                     f"secant step divides by x1 - x0), got x0={x0!r} and x1={x1!r}")
+  if isinstance(tries, bool) or not isinstance(tries, int | np.integer) or tries < 1:
+    raise ValueError(f"secant: tries must be an int >= 1 (calls of f at most), got {tries!r}")
   guesses, misses, bracket = [x0, x1], [], None
   while True:
     x = guesses[len(misses)]
@@ -950,7 +996,14 @@ def render(model: mujoco.MjModel, rows: np.ndarray, path: Path, fps: float, *,
       track_body (or looks at the origin) from distance, azimuth and elevation.
     track_body: the body a free camera follows.
     geomgroups: geom groups to show (robots often put collision geoms in group 3).
+
+  Raises:
+    ValueError: fps is not a finite number > 0 (before anything renders).
   """
+  if (isinstance(fps, bool) or not isinstance(fps, int | float | np.integer | np.floating)
+      or not (np.isfinite(fps) and fps > 0)):
+    raise ValueError(f"render: fps must be a finite number > 0 (frames per second of the file), "
+                     f"got {fps!r}")
   path = Path(path)
   try:
     renderer = mujoco.Renderer(model, height, width)

@@ -13,6 +13,7 @@ import argparse
 import importlib
 import time
 
+import common
 import jax
 
 from mjbatch_jax import envs
@@ -70,12 +71,12 @@ def train_ppo() -> None:
 
 def main() -> None:
   parser = argparse.ArgumentParser(description="Cart-pole balance envs, stepped or trained.")
-  parser.add_argument("--num-envs", type=int, default=1024)
-  parser.add_argument("--steps", type=int, default=500)
+  parser.add_argument("--num-envs", type=common.int_in(1, 10**6, "envs stepped together"),
+                      default=1024, help="envs stepped together (default 1024)")
+  parser.add_argument("--steps", type=common.int_in(1, 10**6, "steps of the batch"), default=500,
+                      help="steps of the batch (default 500)")
   parser.add_argument("--ppo", action="store_true", help="train with Brax's PPO")
   args = parser.parse_args()
-  if min(args.num_envs, args.steps) < 1:
-    parser.error("--num-envs and --steps must be at least 1")
   if args.ppo:
     train_ppo()
   else:

@@ -9,6 +9,7 @@ is also what an mjbatch script looks like after `from mjbatch_jax import Batch`.
 import argparse
 import time
 
+import common
 import mujoco
 import numpy as np
 
@@ -44,9 +45,9 @@ def main(num_sims: int = NUM_SIMS, nstep: int = NSTEP) -> None:
 
 if __name__ == "__main__":
   parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
-  parser.add_argument("--num-sims", type=int, default=NUM_SIMS, help="pendulums")
-  parser.add_argument("--nstep", type=int, default=NSTEP, help="steps of each")
+  parser.add_argument("--num-sims", type=common.int_in(1, 10**6, "pendulums"), default=NUM_SIMS,
+                      help=f"pendulums (default {NUM_SIMS})")
+  parser.add_argument("--nstep", type=common.int_in(1, 10**6, "steps of each pendulum"),
+                      default=NSTEP, help=f"steps of each (default {NSTEP})")
   args = parser.parse_args()
-  if min(args.num_sims, args.nstep) < 1:
-    parser.error("--num-sims and --nstep must be at least 1")
   main(args.num_sims, args.nstep)

@@ -13,6 +13,7 @@ import jax
 
 jax.config.update("jax_enable_x64", True)
 
+import common  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
 import mujoco  # noqa: E402
 
@@ -62,10 +63,11 @@ def main(num_sims: int = 4096, num_calls: int = 100, nstep: int = 10) -> None:
 
 if __name__ == "__main__":
   parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
-  parser.add_argument("--num-sims", type=int, default=4096, help="pendulums")
-  parser.add_argument("--num-calls", type=int, default=100, help="scan iterations (calls)")
-  parser.add_argument("--nstep", type=int, default=10, help="mj_step calls per call")
+  parser.add_argument("--num-sims", type=common.int_in(1, 10**6, "pendulums"), default=4096,
+                      help="pendulums (default 4096)")
+  parser.add_argument("--num-calls", type=common.int_in(1, 10**6, "scan iterations"),
+                      default=100, help="scan iterations (calls) (default 100)")
+  parser.add_argument("--nstep", type=common.int_in(1, 10**6, "mj_step calls per call"),
+                      default=10, help="mj_step calls per call (default 10)")
   args = parser.parse_args()
-  if min(args.num_sims, args.num_calls, args.nstep) < 1:
-    parser.error("--num-sims, --num-calls and --nstep must be at least 1")
   main(args.num_sims, args.num_calls, args.nstep)

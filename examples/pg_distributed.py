@@ -17,9 +17,11 @@ i, the global episode index: the episodes and so the result do not depend on how
 share them (up to the order of the gradient's sum).
 
 Every --checkpoint-every iterations process 0 writes the policy, Adam's state, the key and the
-iteration to --checkpoint (an .npz, written whole then renamed); `--resume` continues from it,
-and gives the same policy bit for bit as a run that was never interrupted. On several hosts
-the checkpoint's folder must be one they share.
+iteration to --checkpoint (an .npz, written whole then renamed; by default beside --out as
+<out>.checkpoint.npz, or without --out pg_distributed.checkpoint.npz in the --results folder,
+examples/results unless given); `--resume` continues from it, and gives the same policy bit
+for bit as a run that was never interrupted. On several hosts the checkpoint's folder must be
+one they share.
 """
 
 import argparse
@@ -34,6 +36,7 @@ import jax
 
 jax.config.update("jax_enable_x64", True)
 
+import common  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
 import mujoco  # noqa: E402
 import numpy as np  # noqa: E402
@@ -62,6 +65,7 @@ CARTPOLE_XML = """
 """
 
 START_SPREAD = np.array([0.5, 0.3, 0.3, 0.3])  # cart x, pole angle, their velocities: +- this
+NAME, CHECKPOINT_SUFFIX = "pg_distributed", ".checkpoint.npz"  # the default checkpoint's name
 
 
 def init_policy(seed: int, hidden: int) -> dict[str, np.ndarray]:
@@ -191,23 +195,21 @@ def train(args: argparse.Namespace) -> dict[str, np.ndarray]:
 
 
 def check_args(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
-  """Every flag in its range, and the files writable, before any process starts."""
-  for flag, low in (("processes", 1), ("iterations", 1), ("sims", 1), ("horizon", 1),
-                    ("hidden", 1), ("threads", 0), ("checkpoint_every", 1), ("seed", 0)):
-    if getattr(args, flag) < low:
-      parser.error(f"--{flag.replace('_', '-')} must be at least {low}, got {getattr(args, flag)}")
-  if args.seed >= 2**32 or (args.crash_after is not None and args.crash_after < 1):
-    parser.error("--seed must be below 2**32 and --crash-after at least 1")
-  if not (np.isfinite(args.lr) and args.lr > 0):
-    parser.error(f"--lr must be a finite number > 0, got {args.lr}")
-  if args.resume and not Path(args.checkpoint).is_file():  # before the ranks start, not in one
+  """The files named and writable before any process starts (argparse checked the counts);
+  --checkpoint's default filled in: beside --out, else under --results."""
+  for flag in ("out", "checkpoint"):
+    path = getattr(args, flag)
+    if flag == "checkpoint" and path is None:  # not the working folder, which may differ by rank
+      path = args.checkpoint = (args.results / f"{NAME}{CHECKPOINT_SUFFIX}" if args.out is None
+                                else args.out.with_name(args.out.name[:-4] + CHECKPOINT_SUFFIX))
+    if path is not None and not str(path).endswith(".npz"):
+      parser.error(f"--{flag} must name an .npz file, got {path}")
+  if args.resume and not args.checkpoint.is_file():  # before the ranks start, not in one
     parser.error(f"--resume: no checkpoint at {args.checkpoint}")
   for flag in ("checkpoint", "out"):
     path = getattr(args, flag)
     if path is None:
       continue
-    if not str(path).endswith(".npz"):
-      parser.error(f"--{flag} must name an .npz file, got {path}")
     try:
       archive.check_writable(path, f"--{flag}")
     except ValueError as e:
@@ -218,20 +220,38 @@ def main(argv: list[str] | None = None) -> int:
   parser = argparse.ArgumentParser(
     description="Data-parallel policy gradient for a cart-pole, with checkpoints."
   )
-  parser.add_argument("--processes", type=int, default=1,
+  count = common.int_in
+  parser.add_argument("--processes", type=count(1, launch.MAX_PROCESSES, "local processes"),
+                      default=1,
                       help="start this many local processes (python -m mjbatch_jax.launch)")
-  parser.add_argument("--iterations", type=int, default=40)
-  parser.add_argument("--sims", type=int, default=64, help="episodes per iteration, all processes")
-  parser.add_argument("--horizon", type=int, default=100, help="steps per episode")
-  parser.add_argument("--hidden", type=int, default=16, help="units of the policy's hidden layer")
-  parser.add_argument("--lr", type=float, default=1e-2, help="Adam's learning rate")
-  parser.add_argument("--seed", type=int, default=0)
-  parser.add_argument("--threads", type=int, default=1, help="threads per process")
-  parser.add_argument("--checkpoint", default="pg_distributed.npz")
-  parser.add_argument("--checkpoint-every", type=int, default=10)
+  parser.add_argument("--iterations", type=count(1, 10**6, "training iterations"), default=40,
+                      help="training iterations (default 40)")
+  parser.add_argument("--sims", type=count(1, 10**6, "episodes per iteration"), default=64,
+                      help="episodes per iteration, all processes (default 64)")
+  parser.add_argument("--horizon", type=count(1, 10**5, "steps per episode"), default=100,
+                      help="steps per episode (default 100)")
+  parser.add_argument("--hidden", type=count(1, 10**4, "hidden units"), default=16,
+                      help="units of the policy's hidden layer (default 16)")
+  parser.add_argument("--lr", type=common.positive_float("Adam's learning rate"), default=1e-2,
+                      help="Adam's learning rate (default 0.01)")
+  parser.add_argument("--seed", type=count(0, 2**32 - 1, "random seed"), default=0,
+                      help="random seed (default 0)")
+  # A fixed bound, not one per CPU: every rank parses the same flags, on hosts of any size.
+  parser.add_argument("--threads", type=count(0, 1024, "threads per process, 0: one per CPU"),
+                      default=1, help="threads per process (default 1)")
+  parser.add_argument("--results", type=Path, default=common.RESULTS,
+                      help="folder of the default --checkpoint (default examples/results)")
+  parser.add_argument("--checkpoint", type=Path, default=None,
+                      help=f"the checkpoint .npz (default: beside --out, NAME{CHECKPOINT_SUFFIX} "
+                           f"for --out NAME.npz; without --out, {NAME}{CHECKPOINT_SUFFIX} in "
+                           f"the --results folder)")
+  parser.add_argument("--checkpoint-every", type=count(1, 10**6, "iterations between "
+                                                       "checkpoints"), default=10,
+                      help="iterations between checkpoints (default 10)")
   parser.add_argument("--resume", action="store_true", help="continue from --checkpoint")
-  parser.add_argument("--out", default=None, help="write the final policy to this .npz")
-  parser.add_argument("--crash-after", type=int, default=None,
+  parser.add_argument("--out", type=Path, default=None,
+                      help="write the final policy to this .npz")
+  parser.add_argument("--crash-after", type=count(1, 10**6, "an iteration"), default=None,
                       help="(for tests) the last process kills itself after this iteration")
   args = parser.parse_args(argv)
   check_args(parser, args)

@@ -157,13 +157,22 @@ def check_writable(path: str | Path, what: str = "path") -> Path:
   """path, after checking that a file can be written there (its folder is made if missing).
 
   For long runs that write at the end of a period: a bad path fails before the work, not after.
+  A refusal removes the folders this call made (only those, and only while empty): a refused
+  path leaves nothing behind.
   """
   path = _check_file(_path(path, what), what)
+  # Deepest first, as they are removed; lexists: a dangling link is there (mkdir fails on it).
+  made = [p for p in (path.parent, *path.parent.parents) if not os.path.lexists(p)]
   try:
     path.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.NamedTemporaryFile(dir=path.parent, prefix=f".{path.name}.", suffix=".probe"):
       pass
   except OSError as e:
+    for folder in made:
+      try:
+        folder.rmdir()
+      except OSError:  # not made (mkdir failed first), or another process put a file there
+        pass
     raise ValueError(f"{what} {path} cannot be written: {e.strerror or e}") from None
   if path.exists() and not os.access(path, os.W_OK):
     raise ValueError(f"{what} {path} exists and is not writable")

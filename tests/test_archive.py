@@ -164,3 +164,23 @@ def test_check_writable(tmp_path):
   blocker.write_text("x")
   with pytest.raises(ValueError, match="cannot be written"):
     archive.check_writable(blocker / "ck.npz", what="checkpoint")
+
+
+def test_check_writable_removes_the_folders_it_made_when_it_refuses(tmp_path):
+  """A refusal left behind the folders mkdir had made; now only those go, deepest first."""
+  kept = tmp_path / "kept"
+  kept.mkdir()
+  # The file's name fits (249 characters) but the probe's (.<name>.<random>.probe) does not: the
+  # folders are made, then the probe fails.
+  long = "a" * 245 + ".npz"
+  with pytest.raises(ValueError, match="cannot be written"):
+    archive.check_writable(kept / "new" / "deeper" / long)
+  assert [p.name for p in tmp_path.rglob("*")] == ["kept"]
+  # mkdir itself fails part of the way: a folder's name too long below one it made.
+  with pytest.raises(ValueError, match="cannot be written"):
+    archive.check_writable(kept / "made" / ("b" * 300) / "ck.npz")
+  assert [p.name for p in tmp_path.rglob("*")] == ["kept"]
+  (kept / "other").write_text("x")  # a folder it did not make stays, with what it holds
+  with pytest.raises(ValueError, match="cannot be written"):
+    archive.check_writable(kept / long)
+  assert sorted(p.name for p in tmp_path.rglob("*")) == ["kept", "other"]

@@ -527,6 +527,29 @@ def test_a_process_that_never_arrives_is_named_with_status_75(env):
   assert "process 0 never answered at the coordinator" in outs[1][1], outs[1][1][-2000:]
 
 
+def test_a_coordinator_host_that_does_not_resolve_is_named_at_once(env):
+  """A 1-process job (no handshake) whose coordinator's host does not resolve: a ValueError
+  naming the host before JAX's runtime starts, where JAX retried the name until the start
+  timeout and the process then blamed a missing process."""
+  code = textwrap.dedent("""
+    import time
+    from mjbatch_jax import distributed
+    begin = time.monotonic()
+    try:
+      distributed.initialize()
+    except ValueError as e:
+      print(f"{time.monotonic() - begin:.3f} {e}")
+  """)
+  job = {**env, "MJBATCH_JAX_START_TIMEOUT": "10", "MJBATCH_JAX_NUM_PROCESSES": "1",
+         "MJBATCH_JAX_PROCESS_ID": "0", "MJBATCH_JAX_COORDINATOR": "no-such-host.invalid:1234"}
+  done = subprocess.run([sys.executable, "-c", code], env=job, cwd=ROOT, capture_output=True,
+                        text=True, timeout=90)
+  assert done.returncode == 0, done.stderr[-3000:]
+  seconds, message = done.stdout.split(" ", 1)
+  assert "the coordinator's host 'no-such-host.invalid'" in message, message
+  assert "does not resolve" in message and float(seconds) < 5  # the start timeout: 10 s
+
+
 @pytest.mark.slow
 def test_a_process_that_leaves_before_setup_is_named(tmp_path, env):
   script = tmp_path / "leave.py"

@@ -154,13 +154,29 @@ def test_examples_refuse_another_robot_files_and_flags_up_front(tmp_path):
   assert code == 1 and "another config: seed (saved 0, here 1)" in err
   code, err = _refusal("g1_backflip.py", "--reference", "--play")
   assert code == 2 and "leave out --play" in err
-  code, err = _refusal("hello.py", "--num-sims", "0")
-  assert code == 2 and "must be at least 1" in err
-  for flags, message in ((["--lr", "nan"], "--lr must be a finite number > 0"),
-                         (["--checkpoint-every", "0"], "--checkpoint-every must be at least 1"),
-                         (["--checkpoint", str(tmp_path)], "--checkpoint must name an .npz")):
-    code, err = _refusal("pg_distributed.py", *flags)
-    assert code == 2 and message in err, err
+  # The counts: argparse types, refused as the other examples' are.
+  for script, flags, message in (
+      ("hello.py", ["--num-sims", "0"], "--num-sims: must be an integer in [1, 1000000] ("),
+      ("hello.py", ["--nstep", "2.5"], "--nstep: must be an integer in [1, 1000000] ("),
+      ("hello_jax.py", ["--num-calls", "-1"], "--num-calls: must be an integer in [1, 1000000]"),
+      ("hello_jax.py", ["--num-sims", "x"], "--num-sims: must be an integer in [1, 1000000]"),
+      ("envs_cartpole.py", ["--num-envs", "0"], "--num-envs: must be an integer in [1, 1000000]"),
+      ("envs_cartpole.py", ["--steps", "1e9"], "--steps: must be an integer in [1, 1000000]"),
+      ("pg_distributed.py", ["--lr", "nan"], "--lr: must be a finite number > 0"),
+      ("pg_distributed.py", ["--checkpoint-every", "0"],
+       "--checkpoint-every: must be an integer in [1, 1000000]"),
+      ("pg_distributed.py", ["--processes", "2000"], "--processes: must be an integer in [1, 10"),
+      ("pg_distributed.py", ["--seed", str(2**32)], "--seed: must be an integer in [0, 42949"),
+      ("pg_distributed.py", ["--crash-after", "0"], "--crash-after: must be an integer in [1, "),
+      ("pg_distributed.py", ["--checkpoint", str(tmp_path)], "--checkpoint must name an .npz"),
+      # --checkpoint's default: in --results, or beside --out, never the working folder.
+      ("pg_distributed.py", ["--resume", "--results", str(tmp_path / "r")],
+       f"--resume: no checkpoint at {tmp_path / 'r' / 'pg_distributed.checkpoint.npz'}"),
+      ("pg_distributed.py", ["--resume", "--out", str(tmp_path / "policy.npz")],
+       f"--resume: no checkpoint at {tmp_path / 'policy.checkpoint.npz'}")):
+    code, err = _refusal(script, *flags)
+    assert code == 2 and message in err, (script, flags, err)
+  assert not (tmp_path / "r").exists()  # refused before its folder was made
 
 
 @pytest.mark.slow

@@ -3,6 +3,7 @@
 import argparse
 import dataclasses
 import io
+import json
 import re
 import select
 import sys
@@ -81,6 +82,22 @@ def test_secant_finds_a_root_and_stays_in_its_bracket():
   x, _, misses = common.secant(lambda x: (np.sign(x - 1.0) * abs(x - 1.0) ** 0.2, None), 0.0,
                                3.0, done=lambda miss, _: False, tries=30)
   assert len(misses) == 30 and abs(x - 1.0) < 1e-3
+
+
+def test_secant_refuses_equal_or_non_finite_starts_and_no_tries():
+  """Equal starts divided by zero at the first secant step (ZeroDivisionError); each is now a
+  ValueError naming the argument, before f is called."""
+
+  def f(x):
+    raise AssertionError("f was called")
+
+  never = {"done": lambda miss, _: False}
+  for x0, x1 in ((1.0, 1.0), (2, 2.0), (np.nan, 1.0), (0.0, np.inf), (True, 2.0), ("1", 2.0)):
+    with pytest.raises(ValueError, match=r"x0 and x1 must be two different finite numbers"):
+      common.secant(f, x0, x1, **never)
+  for tries in (0, -1, 2.5, True):
+    with pytest.raises(ValueError, match=r"tries must be an int >= 1"):
+      common.secant(f, 0.0, 1.0, tries=tries, **never)
 
 
 def test_g1_scene_adds_the_floor_sensors_and_refuses_other_robots(tmp_path):
@@ -167,6 +184,24 @@ def test_config_flags_set_a_frozen_configs_fields():
     parser.parse_args(["--samples", "1"])
 
 
+def test_config_flags_refuse_a_default_outside_the_flags_range():
+  """argparse never checks a default against its type: a config value the flag refuses ran
+  unchecked. Now a ValueError naming the field, the range and the value."""
+
+  @dataclasses.dataclass(frozen=True)
+  class Config:
+    samples: int = 8
+    spread: float = 0.1
+
+  for flags, message in (({"samples": (10, 64, "candidates")},
+                          r"Config.samples must be an integer in \[10, 64\] \(candidates\), the "
+                          r"range of --samples, got 8"),
+                         ({"spread": (0, 1, "spread")}, r"Config.spread must be an integer"),
+                         ({"missing": (0, 1, "x")}, r"Config has no field 'missing'")):
+    with pytest.raises(ValueError, match=message):
+      common.config_flags(argparse.ArgumentParser(), Config(), flags)
+
+
 def test_standard_flags_and_defaults(tmp_path):
   parser = argparse.ArgumentParser()
   common.add_standard_args(parser, "task", threads=2)
@@ -239,6 +274,41 @@ def test_write_json_replaces_the_file_whole(tmp_path):
     common.write_json(path, {"v": object()})
   assert path.read_text().startswith('{\n  "v": 1.5') and [p.name for p in path.parent.iterdir()
                                                          ] == ["x.json"]
+
+
+def test_render_refuses_a_bad_fps_before_rendering(cartpole, tmp_path, monkeypatch):
+  """fps 0 divided by zero after every frame was rendered (a negative one wrote a GIF of
+  negative frame times); each is a ValueError naming fps before any GL is touched."""
+
+  def no_renderer(*args, **kwargs):
+    raise AssertionError("a renderer was made")
+
+  monkeypatch.setattr(common.mujoco, "Renderer", no_renderer)
+  rows = np.zeros((2, mujoco.mj_stateSize(cartpole, mujoco.mjtState.mjSTATE_INTEGRATION)))
+  for fps in (0, -10.0, float("nan"), float("inf"), True, "30"):
+    with pytest.raises(ValueError, match=r"render: fps must be a finite number > 0"):
+      common.render(cartpole, rows, tmp_path / "v.gif", fps)  # pyright: ignore[reportArgumentType]
+  assert not list(tmp_path.iterdir())
+
+
+def test_json_written_is_strict_non_finite_floats_null(tmp_path, capsys):
+  """Python's json writes Infinity and NaN, which strict parsers refuse (g1_jump --iterations 0:
+  best_value inf); write_json and print_summary write null for them."""
+
+  def strict(text):
+    def refuse(constant):
+      raise AssertionError(f"{constant} in {text!r}")
+
+    return json.loads(text, parse_constant=refuse)
+
+  value = {"best": float("inf"), "low": -np.inf, "f32": np.float32("nan"), "ok": np.float64(2.5),
+           "rows": np.array([[1.0, np.inf], [np.nan, -0.5]]), "jax": jnp.array([np.nan, 1.0]),
+           "nested": ({"x": float("nan")}, [np.float16("-inf"), 3]), "n": np.int64(4)}
+  want = {"best": None, "low": None, "f32": None, "ok": 2.5, "rows": [[1.0, None], [None, -0.5]],
+          "jax": [None, 1.0], "nested": [{"x": None}, [None, 3]], "n": 4}
+  assert strict(common.write_json(tmp_path / "x.json", value).read_text()) == want
+  common.print_summary(value)
+  assert strict(capsys.readouterr().out.strip()) == want
 
 
 def test_load_scene_refuses_what_is_not_the_robot(tmp_path):

@@ -44,7 +44,8 @@ def initialize(
   Must run before any JAX computation (JAX's rule); `setup` calls it.
 
   Args:
-    coordinator: "host:port" of process 0, reachable from every process.
+    coordinator: "host:port" of process 0, reachable from every process (a host that does not
+      resolve raises ValueError at once, naming it).
     num_processes: how many processes.
     process_id: this one's, in [0, num_processes).
     timeout: seconds of silence after which a peer counts as lost (default:
@@ -64,6 +65,8 @@ def initialize(
     if kwargs is None:
       return False
     start = _start_timeout(timeout)
+    if kwargs:
+      _check_resolves(kwargs["coordinator_address"])
     _exit_75_when_uncaught()
     if kwargs:
       _rendezvous(kwargs["coordinator_address"], kwargs["num_processes"], kwargs["process_id"],
@@ -271,6 +274,21 @@ def _initialize_arguments(
     raise ValueError(f"process_id must be in [0, num_processes={num_processes}), got {process_id}")
   return {"coordinator_address": coordinator, "num_processes": int(num_processes),
           "process_id": int(process_id)}
+
+
+def _check_resolves(coordinator: str) -> None:
+  """ValueError naming the coordinator's host unless it resolves to an address.
+
+  Every process, process 0 too, connects to it; JAX's client retries a name that does not
+  resolve until the start timeout, and the failure then reads as a missing process.
+  """
+  host, _, port = coordinator.rpartition(":")
+  try:
+    socket.getaddrinfo(host.strip("[]"), int(port), type=socket.SOCK_STREAM)
+  except (OSError, UnicodeError) as error:  # UnicodeError: a label longer than 63 characters
+    raise ValueError(f"the coordinator's host {host!r} (of {ENV_COORDINATOR} or initialize's "
+                     f"coordinator {coordinator!r}) does not resolve to an address: {error}; "
+                     "expected a host name or IP address every process can reach") from None
 
 
 def _cluster_detectable() -> bool:
