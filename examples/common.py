@@ -843,6 +843,21 @@ def ilqr_with_progress(*args: Any, iterations: int, cli: argparse.Namespace | No
                                               **kwargs))
 
 
+def cem_with_progress(objective: Callable[..., Any], mean: Any, std: Any, *, label: str,
+                      iterations: int, cli: argparse.Namespace | None = None,
+                      **settings: Any) -> Any:
+  """control.cem_search(objective, mean, std, iterations=, **settings) under a progress bar
+  named label, with a line "<label> <iteration from 1>: best <value>" per iteration."""
+  from mjbatch_jax import control
+
+  with progress(iterations, label, cli) as bar:
+    def log(it: Any) -> None:
+      bar.write(f"{label} {it.iteration + 1:2d}: best {it.best_value:.3f}")
+      bar.update(postfix=f"best {it.best_value:.3f}")
+
+    return control.cem_search(objective, mean, std, iterations=iterations, log=log, **settings)
+
+
 # -- receding horizon and replays ---------------------------------------------------------------
 
 

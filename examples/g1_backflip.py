@@ -32,7 +32,6 @@ import numpy as np  # noqa: E402
 
 import mjbatch_jax  # noqa: E402
 from mjbatch_jax import control, motion  # noqa: E402
-from mjbatch_jax.control import cost as cost_terms  # noqa: E402
 from mjbatch_jax.ensemble import Ensemble, evaluate, per_robot  # noqa: E402
 
 KIND = "g1_backflip"
@@ -45,9 +44,9 @@ SIDES = ("left", "right")
 # The sole under each foot's four contact spheres, in the ankle roll link's frame (m).
 SOLE = motion.Sole(x=(-0.05, 0.12), half_width=0.025, z=-0.035)
 SYNERGIES = ("hip_pitch", "knee", "ankle_pitch", "waist_pitch", "shoulder_pitch", "elbow")
-# Each purpose's robots: the warm start's and the push's searches, the iLQR guard, the check that
-# picks the push's mean, and the evaluation reported.
-PURPOSES = ("search", "push", "guard", "push_check", "evaluation")
+# Each purpose's robots: the push's search, the iLQR guard, the check that picks the push's mean,
+# and the evaluation reported.
+PURPOSES = ("push", "guard", "push_check", "evaluation")
 TURN_TARGET = 2 * np.pi - 0.3  # rad: the flip is complete when the closed loop turns this far
 
 
@@ -89,8 +88,8 @@ class Config:
   takeoff_upper: tuple = (-1.4, 0.4, -0.45)
   landing_upper: tuple = (-0.8, 0.6, 0.40)
   arm_rate: float = 0.0
-  # --- the warm start: per phase (rise, push, tuck, open, settle) the synergies' targets and the
-  # phase's duration; kept to 4 decimals (rounded to 3 it lands on a knee).
+  # --- the warm start, knees first (docs/backflip.md): per phase (rise, push, tuck, open, settle)
+  # the synergies' targets and the phase's duration; kept to 4 decimals (at 3 it lands on a knee).
   program: tuple = ((-2.1958, 0.8237, -0.0834, -0.2063, -1.2559, 1.1478, 0.0790),
                     (0.0892, 0.2708, 0.9235, -0.2046, -2.7890, -0.2516, 0.2000),
                     (-3.1659, 2.5694, -0.7904, -0.1028, -1.4005, 1.1663, 0.0800),
@@ -98,16 +97,6 @@ class Config:
                     (-1.7602, 2.2354, -2.2249, 0.5736, -1.1879, 0.4252, 0.7600))
   ramp_s: float = 0.6  # from the settling crouch to standing
   frames: int = CLIP_FRAMES  # knots tracked
-  samples: int = 48  # the warm start's search: candidates, each on cem_robots robots
-  search_iterations: int = 0
-  cem_robots: int = 4
-  program_spread: tuple = (0.15,) * len(SYNERGIES) + (0.03,)
-  # The search's score: a fifth of the tracking cost, per knot with another body on the floor,
-  # per rad of turn in flight short of turn_goal, per standing knot low, the tilt summed.
-  track_share: float = 0.2
-  penalties: tuple = (200.0, 2000.0, 50.0, 100.0)  # touch, turn, low, tilt
-  turn_goal: float = 6.15
-  stand_knots: int = 55
   # --- iLQR
   iterations: int = 12
   guard_robots: int = 8
@@ -357,7 +346,7 @@ def build_reference(model: mujoco.MjModel, cfg: Config, frames: int = CLIP_FRAME
                                                "momentum": float(momentum)})
 
 
-# ------------------------------------------------------------------ the model, clip and cost
+# ------------------------------------------------------ the model, clip, cost and warm start
 
 
 # The G1 with its floor-contact sensors, checked for the tracked bodies.
@@ -395,6 +384,14 @@ def prepare(model: mujoco.MjModel, cfg: Config, log=print) -> tuple[dict, dict]:
 def tracking_cost(sim: mjbatch_jax.Simulator, clip: dict) -> control.Cost:
   return motion.tracking_cost(sim, clip["xpos"], clip["xquat"], clip["qpos"], TRACKED,
                               **common.G1_TRACKING)
+
+
+def program(model: mujoco.MjModel, cfg: Config, servo: np.ndarray) -> motion.SynergyProgram:
+  """z (phases * 7,) -> the plan (F, nu): servo up to the push, each phase's synergy targets
+  held for its duration, then a ramp to servo's last (standing) targets."""
+  return motion.SynergyProgram(common.g1_synergies(model, SYNERGIES), servo, FRAME_DT,
+                               start=cfg.push_start, ramp_s=cfg.ramp_s, durations=(0.04, 1.0),
+                               ctrlrange=model.actuator_ctrlrange)
 
 
 def robots(sim: mjbatch_jax.Simulator, seed: int) -> Ensemble:
@@ -437,68 +434,6 @@ def replay_metrics(sim, cfg: Config, states, sensors) -> list[dict]:
   return [flip_metrics(cfg, q, f, sim.model.opt.timestep) for q, f in rows]
 
 
-# -------------------------------------------------------------------------- the warm start
-
-
-def program(model: mujoco.MjModel, cfg: Config, servo: np.ndarray) -> motion.SynergyProgram:
-  """z (phases * 7,) -> the plan (F, nu): servo up to the push, each phase's synergy targets
-  held for its duration, then a ramp to servo's last (standing) targets."""
-  return motion.SynergyProgram(common.g1_synergies(model, SYNERGIES), servo, FRAME_DT,
-                               start=cfg.push_start, ramp_s=cfg.ramp_s, durations=(0.04, 1.0),
-                               ctrlrange=model.actuator_ctrlrange)
-
-
-def turn_in_flight(sim, states, floor) -> jax.Array:
-  """The pelvis's backward turn between knots that end off the floor, per row (N, T, ...)."""
-  turn = -jnp.angle(jnp.exp(1j * jnp.diff(pelvis_pitch(sim, states), axis=-1)))
-  airborne = floor[..., 2] == 0
-  return jnp.sum(jnp.where(airborne[:, 1:] & airborne[:, :-1], turn, 0.0), axis=-1)
-
-
-def warm_start(sim, cfg: Config, cost: control.Cost, start, base: np.ndarray, nstep: int,
-               ensemble: Ensemble, seed: int) -> np.ndarray:
-  """The program (phases, 7) improved by cem_search on the flip's score (see Config), each
-  candidate on cem_robots search robots drawn afresh each iteration; cfg.program without
-  iterations."""
-  z0 = np.asarray(cfg.program)
-  if not (cfg.samples and cfg.search_iterations):
-    return z0
-  frames, plan = len(base), program(sim.model, cfg, base)
-  weights = cost_terms.weights(cost.terms, frames)
-  rows, cols = cfg.samples * cfg.cem_robots, floor_columns(sim)
-  pushing = jnp.asarray(FRAME_DT * np.arange(1, frames + 1) > cfg.push_start)
-  standing = jnp.asarray(np.arange(1, frames + 1) > frames - cfg.stand_knots)
-  touch_w, turn_w, low_w, tilt_w = cfg.penalties
-
-  def objective(z, iteration):
-    params = ensemble.params("search", rows, nominal=False, iteration=iteration)
-    ctrls = jnp.repeat(jax.vmap(plan)(z), cfg.cem_robots, axis=0)
-    states, sensors, obs, warnings = mjbatch_jax.rollout(
-      jnp.broadcast_to(start, (rows, sim.nstate)), ctrls, params, nstep=nstep,
-      observe=cost.observe, return_warnings=True)
-    held = jnp.concatenate([ctrls[:, 1:], ctrls[:, -1:]], axis=1)
-    t = jnp.broadcast_to(jnp.arange(1, frames + 1), (rows, frames))
-    r = jax.vmap(jax.vmap(cost.residual))(states, held, obs, t)
-    total = cfg.track_share * jnp.sum(cost_terms.knot_cost(cost.terms, r, weights[1:]), axis=-1)
-    floor = sensors[..., cols]
-    total += touch_w * jnp.sum(pushing & (floor[..., 2] > floor[..., 0] + floor[..., 1]), -1)
-    total += turn_w * jnp.maximum(cfg.turn_goal - turn_in_flight(sim, states, floor), 0.0)
-    height = states[..., sim.layout.qpos.start + 2]
-    total += low_w * jnp.sum(standing & (height < cfg.pelvis_upright), axis=-1)
-    total += tilt_w * jnp.sum(standing * (1 - jnp.cos(pelvis_pitch(sim, states))), axis=-1)
-    diverged = jnp.any(warnings[:, :3] > 0, axis=-1)  # BADQPOS, BADQVEL, BADQACC
-    return jnp.where(diverged, jnp.inf, total).reshape(cfg.samples, cfg.cem_robots).mean(1)
-
-  with common.progress(cfg.search_iterations, "warm start's search") as bar:
-    result = control.cem_search(
-      objective, z0.ravel(), np.tile(cfg.program_spread, len(z0)), key=jax.random.key(seed),
-      iterations=cfg.search_iterations, num_samples=cfg.samples,
-      num_elites=max(cfg.samples // 8, 2), std_min=0.01,
-      log=lambda it: (bar.write(f"search {it.iteration + 1:3d}: best {it.best_value:10.1f}"),
-                      bar.update(postfix=f"best {it.best_value:.1f}")))
-  return np.asarray(result.best).reshape(z0.shape)
-
-
 # ------------------------------------------------------------------------------ the landing
 
 
@@ -513,21 +448,15 @@ def tuck_holds(model, cfg: Config, ctrl: np.ndarray, decide: int, tilt: tuple[in
 
 def touchdowns(sim, cfg: Config, states, sensors, obs, nstep: int) -> tuple:
   """Per row of physics steps from a state in flight: the pelvis's pitch at the first step
-  with a foot down, whether that landing is bad (another body down within early_knots, or no
-  touchdown), and the capture offset there."""
-  floor = sensors[..., floor_columns(sim)]
-  pitch = pelvis_pitch(sim, states)
-  down = floor[..., 2] > 0
-  first = jnp.argmax(down, axis=-1)
-  at = jnp.take_along_axis(pitch, first[:, None], axis=-1)[:, 0]
-  steps = jnp.arange(states.shape[1])
-  soon = (steps >= first[:, None]) & (steps < first[:, None] + cfg.early_knots * nstep)
-  bad = jnp.any(soon & (floor[..., 2] > floor[..., 0] + floor[..., 1]), -1) | ~down.any(-1)
+  with a foot down, whether that landing is bad (motion.first_touchdown within early_knots),
+  and the capture offset there."""
+  first, bad = motion.first_touchdown(sensors[..., floor_columns(sim)], cfg.early_knots * nstep)
   rows = jnp.arange(states.shape[0])
   com = obs["subtree_com"][:, :, 1, 0]
   feet = obs["xpos"][:, :, np.asarray(sim.names.bodies(list(FEET))), 0].mean(axis=-1)
   vx = (com[rows, first] - com[rows, jnp.maximum(first - 1, 0)]) / sim.model.opt.timestep
-  return at, bad, com[rows, first] - feet[rows, first] + cfg.capture[0] * vx
+  return (pelvis_pitch(sim, states)[rows, first], bad,
+          com[rows, first] - feet[rows, first] + cfg.capture[0] * vx)
 
 
 def landing_miss(cfg: Config, pitch, offset) -> jax.Array:
@@ -580,13 +509,10 @@ def landing_push(sim, cfg: Config, start, ctrl: np.ndarray, z, nstep: int, decid
     return miss.mean(axis=1) + miss[:, 0] + cfg.push_short_weight * short
 
   mean = np.asarray(z).reshape(-1, len(SYNERGIES) + 1)[:len(pushes), :-1].ravel()
-  with common.progress(cfg.push_iterations, "push search") as bar:
-    result = control.cem_search(
-      objective, mean, cfg.push_spread, key=jax.random.fold_in(jax.random.key(seed), 1),
-      iterations=cfg.push_iterations, num_samples=cfg.push_samples,
-      num_elites=cfg.push_samples // 8, std_min=0.01, keep_best=False,
-      log=lambda it: (bar.write(f"push search {it.iteration + 1:2d}: best {it.best_value:.3f}"),
-                      bar.update(postfix=f"best {it.best_value:.3f}")))
+  result = common.cem_with_progress(
+    objective, mean, cfg.push_spread, label="push search", iterations=cfg.push_iterations,
+    key=jax.random.fold_in(jax.random.key(seed), 1), num_samples=cfg.push_samples,
+    num_elites=cfg.push_samples // 8, std_min=0.01, keep_best=False)
   check, judge = ensemble.params("push_check", cfg.push_check_robots), jax.jit(misses)
   band = cfg.capture[3] / cfg.capture[2]
   scores = []
@@ -739,7 +665,7 @@ def solve(args: argparse.Namespace, cfg: Config, sim: mjbatch_jax.Simulator,
     # Up to the push, the cheaper of the two warm starts; from it on, the program.
     base = min((clip["angles"], clip["servo"]), key=lambda u: float(
       control.plan_cost(cost, sim.params(1), start, u, nstep)[0]))
-    z = warm_start(sim, cfg, cost, start, base, nstep, ensemble, args.seed)
+    z = np.asarray(cfg.program)
     guess = np.asarray(program(model, cfg, base)(jnp.asarray(z.ravel())))
     guard = control.ensemble_guard(
       lambda u: control.open_loop(ensemble.params("guard", cfg.guard_robots), start, u, nstep),
@@ -778,9 +704,6 @@ def plots(model: mujoco.MjModel, cfg: Config, result: dict, path: Path) -> None:
 
 
 FLAGS = {"frames": (2, CLIP_FRAMES, "knots tracked (the clip's first N frames)"),
-         "samples": (0, 4096, "candidates per iteration of the warm start's search"),
-         "search_iterations": (0, 1000, "iterations of the warm start's search (0: the program "
-                               "as it is)"),
          "iterations": (0, 1000, "most iLQR iterations"),
          "push_iterations": (0, 1000, "iterations of the push's search for the landing")}
 
@@ -796,8 +719,6 @@ def parse_args(argv: list[str] | None = None) -> tuple[argparse.Namespace, Confi
   parser.add_argument("--reference", action="store_true",
                       help="build the reference, check its feasibility and stop")
   args = common.parse(parser, argv)
-  if args.samples == 1:
-    parser.error("argument --samples: 0 (no search) or at least 2 candidates")
   if args.reference and args.play:
     parser.error("--reference builds the reference and stops: leave out --play")
   return args, common.config_from(args, Config(), FLAGS)

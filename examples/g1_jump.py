@@ -101,13 +101,10 @@ def solve(program, slots, sim, start, config: JumpConfig) -> control.CEMSearchRe
 
   lo = np.tile(np.r_[[-np.inf] * len(SYNERGIES), MIN_PHASE_S], len(PHASES))
   hi = np.tile(np.r_[[np.inf] * len(SYNERGIES), MAX_PHASE_S], len(PHASES))
-  with common.progress(config.iterations, "CEM") as bar:
-    return control.cem_search(
-      objective, PROGRAM.ravel(), np.tile(SPREAD, len(PHASES)), key=jax.random.key(config.seed),
-      iterations=config.iterations, num_samples=config.samples, lower=lo, upper=hi,
-      smoothing=0.2, log=lambda it: (bar.write(f"iteration {it.iteration}: best "
-                                               f"{it.best_value:.3f}"),
-                                     bar.update(postfix=f"best {it.best_value:.3f}")))
+  return common.cem_with_progress(
+    objective, PROGRAM.ravel(), np.tile(SPREAD, len(PHASES)), label="CEM",
+    iterations=config.iterations, key=jax.random.key(config.seed), num_samples=config.samples,
+    lower=lo, upper=hi, smoothing=0.2)
 
 
 def jump_metrics(qpos: np.ndarray, floor: np.ndarray, origin: np.ndarray, dt: float) -> dict:

@@ -1,6 +1,7 @@
 """mjbatch_jax.motion: inverse kinematics, feasibility, clips and floor-contact sensors."""
 
 import json
+from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -485,6 +486,31 @@ def test_landing_refusals():
                   "upright_height": 0.5} | kwargs
     with pytest.raises(ValueError, match=message.replace("(", r"\(").replace(")", r"\)")):
       motion.landing(**args)
+
+
+def test_first_touchdown_finds_each_runs_touchdown_and_its_falls():
+  """Traced over a batch of runs that start in the air, as a search's objective calls it."""
+  lands = _floor((4, 0, 0, 0), (6, 1, 1, 2))
+  knee_soon = _floor((4, 0, 0, 0), (2, 1, 1, 2), (1, 1, 1, 3), (3, 1, 1, 2))  # knee at step 6
+  knee_late = _floor((4, 0, 0, 0), (5, 1, 1, 2), (1, 1, 1, 3))  # at step 9: after 5 steps
+  never = _floor((10, 0, 0, 0))
+  hands_first = _floor((2, 0, 0, 0), (8, 0, 0, 1))  # down on something else than the feet
+  floor = np.stack([lands, knee_soon, knee_late, never, hands_first])
+  first, bad = jax.jit(motion.first_touchdown, static_argnums=1)(floor[None], 5)
+  assert first.shape == bad.shape == (1, 5)
+  assert first[0].tolist() == [4, 4, 4, 0, 2]
+  assert bad[0].tolist() == [False, True, False, True, True]
+  # Each row as landing reads it: the touchdown is its, once the run started in the air.
+  for row, step in zip(floor[[0, 1, 2]], first[0][:3], strict=True):
+    assert motion.landing(row, np.ones(10), 0.01, min_flight=0.0,
+                          upright_height=0.0).touchdown == step
+  assert motion.first_touchdown(knee_late, 6)[1]  # within 6 steps it is a fall
+  bad_args: Any = ((lands[:, :1], 1, "a column per foot and one for the robot"),
+                   (lands[:0], 1, "S >= 1 steps"), (lands, -1, "early must be"),
+                   (lands, 1.5, "early must be"))
+  for floor_, early, message in bad_args:
+    with pytest.raises(ValueError, match=message):
+      motion.first_touchdown(floor_, early)
 
 
 def test_quintic_meets_its_ends():

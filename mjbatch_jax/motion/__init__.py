@@ -12,6 +12,7 @@ named by its bodies and joints:
   names = motion.floor_contact_sensors(spec, ["left_foot", "right_foot"], robot="pelvis")
   done = motion.landing(sensordata[:, columns], qpos[:, 2], dt, min_flight=0.1,
                         upright_height=0.6)                   # a jump's flight and landing
+  first, bad = motion.first_touchdown(sensordata[..., columns], early=30)  # traced, many runs
   com = motion.quintic(p0, v0, a0, p1, v1, a1, duration, t)   # smooth segments, their rates
   ctrls = motion.SynergyProgram(synergy, stand_ctrl, dt=0.02, frames=150, ramp_s=0.5)(z)
   cost = motion.standing_cost(sim, columns, ["foot"], stand_ctrl, 0.75)  # a landing's MPC
@@ -30,7 +31,7 @@ See docs/motion.md.
 from mjbatch_jax.motion.ballistic import Flight, ballistic_flight, pitch_quat, quat_pitch
 from mjbatch_jax.motion.clip import Clip, body_poses, fingerprint, load, make, save
 from mjbatch_jax.motion.feasibility import Feasibility, Sole, feasibility
-from mjbatch_jax.motion.flight import Landing, landing
+from mjbatch_jax.motion.flight import Landing, first_touchdown, landing
 from mjbatch_jax.motion.ik import (
   IK,
   BodyOrientation,
@@ -73,6 +74,7 @@ __all__ = [
   "body_poses",
   "feasibility",
   "fingerprint",
+  "first_touchdown",
   "floor_contact_sensors",
   "landing",
   "load",

@@ -9,11 +9,16 @@ is good when from touchdown on only the feet touch the floor and all of them do 
   done = motion.landing(floor, qpos[:, 2], dt=model.opt.timestep, min_flight=0.1,
                         upright_height=0.6)
   done.landed, done.flight_s, done.upright_s
+
+first_touchdown reads the same counts inside a traced search or choice, for many runs at once
+that start in the air.
 """
 
 import dataclasses
 from typing import Any
 
+import jax
+import jax.numpy as jnp
 import numpy as np
 
 from mjbatch_jax import _validate as v
@@ -102,3 +107,39 @@ def landing(floor: Any, height: Any, dt: float, *, min_flight: float,
   first_up = down + (int(low[-1]) + 1 if len(low) else 0)
   return Landing(off, down, (down - off) * dt, landed,
                  (len(floor) - first_up) * dt if landed else 0.0, dt)
+
+
+def first_touchdown(floor: Any, early: int) -> tuple[jax.Array, jax.Array]:
+  """Each run's first step with the robot on the floor, and whether that touchdown is a fall.
+
+  Pure JAX, for runs started in the air inside a search's objective or a choice's score: a
+  touchdown is bad when a body other than the feet touches the floor within `early` steps of it
+  (the knees or hands come down with the feet), or when the run never comes down.
+
+  Args:
+    floor: (..., S, F + 1) as landing's: per physics step each foot's floor contacts, then the
+      whole robot's.
+    early: steps from touchdown in which another body down makes it a fall; >= 0.
+
+  Returns:
+    (first, bad): (...) int the first step with a contact (0 for a run that never comes down)
+    and (...) bool.
+
+  Raises:
+    ValueError: floor with fewer than 2 columns or no steps, or early not an integer >= 0.
+
+  Example:
+    first, bad = motion.first_touchdown(sensordata[..., columns], early=3 * nstep)
+    pitch_at_touchdown = jnp.take_along_axis(pitch, first[..., None], axis=-1)[..., 0]
+  """
+  floor = jnp.asarray(floor)
+  if floor.ndim < 2 or floor.shape[-1] < 2 or floor.shape[-2] == 0:
+    raise ValueError(f"floor must be (..., S, F + 1) counts with S >= 1 steps and a column per "
+                     f"foot and one for the robot, got shape {floor.shape}")
+  early = v.integer("early", early, 0)
+  robot, feet = floor[..., -1], floor[..., :-1].sum(axis=-1)
+  down = robot > 0
+  first = jnp.argmax(down, axis=-1)
+  steps = jnp.arange(floor.shape[-2])
+  soon = (steps >= first[..., None]) & (steps < first[..., None] + early)
+  return first, jnp.any(soon & (robot > feet), axis=-1) | ~jnp.any(down, axis=-1)
