@@ -520,6 +520,12 @@ def timed(*calls: tuple, repeats: int = 3) -> list[float]:
   return [float(np.min(t)) for t in spent]
 
 
+def _finite_number(value: Any) -> bool:
+  """Whether value is one finite real number (a Python or numpy int or float, not a bool)."""
+  return (isinstance(value, int | float | np.integer | np.floating)
+          and not isinstance(value, bool) and bool(np.isfinite(value)))
+
+
 def secant(f: Callable[[float], tuple[float, Any]], x0: float, x1: float, *,
            done: Callable[[float, Any], bool], tries: int = 12) -> tuple[float, Any, list[float]]:
   """A root of a scalar equation by secant steps from x0 and x1; (x, f's payload there, misses).
@@ -535,8 +541,7 @@ def secant(f: Callable[[float], tuple[float, Any]], x0: float, x1: float, *,
     ValueError: x0 and x1 are not two different finite numbers (the first secant step divides
       by their difference), or tries is not an int >= 1.
   """
-  if not all(isinstance(x, int | float | np.integer | np.floating) and not isinstance(x, bool)
-             and np.isfinite(x) for x in (x0, x1)) or x0 == x1:
+  if not (_finite_number(x0) and _finite_number(x1)) or x0 == x1:
     raise ValueError(f"secant: x0 and x1 must be two different finite numbers (the first "
                      f"secant step divides by x1 - x0), got x0={x0!r} and x1={x1!r}")
   if isinstance(tries, bool) or not isinstance(tries, int | np.integer) or tries < 1:
@@ -1015,8 +1020,7 @@ def render(model: mujoco.MjModel, rows: np.ndarray, path: Path, fps: float, *,
   Raises:
     ValueError: fps is not a finite number > 0 (before anything renders).
   """
-  if (isinstance(fps, bool) or not isinstance(fps, int | float | np.integer | np.floating)
-      or not (np.isfinite(fps) and fps > 0)):
+  if not (_finite_number(fps) and fps > 0):
     raise ValueError(f"render: fps must be a finite number > 0 (frames per second of the file), "
                      f"got {fps!r}")
   path = Path(path)

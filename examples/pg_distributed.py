@@ -197,11 +197,11 @@ def train(args: argparse.Namespace) -> dict[str, np.ndarray]:
 def check_args(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
   """The files named and writable before any process starts (argparse checked the counts);
   --checkpoint's default filled in: beside --out, else under --results."""
+  if args.checkpoint is None:  # not the working folder, which may differ by rank
+    args.checkpoint = (args.results / f"{NAME}{CHECKPOINT_SUFFIX}" if args.out is None
+                       else args.out.with_name(args.out.name[:-4] + CHECKPOINT_SUFFIX))
   for flag in ("out", "checkpoint"):
     path = getattr(args, flag)
-    if flag == "checkpoint" and path is None:  # not the working folder, which may differ by rank
-      path = args.checkpoint = (args.results / f"{NAME}{CHECKPOINT_SUFFIX}" if args.out is None
-                                else args.out.with_name(args.out.name[:-4] + CHECKPOINT_SUFFIX))
     if path is not None and not str(path).endswith(".npz"):
       parser.error(f"--{flag} must name an .npz file, got {path}")
   if args.resume and not args.checkpoint.is_file():  # before the ranks start, not in one

@@ -143,13 +143,18 @@ def _rendezvous(coordinator: str, count: int, me: int, limit: float) -> None:
   """Return once all count processes arrived at coordinator; PeerLostError after limit s."""
   if count < 2:
     return
-  host, _, port_text = coordinator.rpartition(":")
-  port = int(port_text)
+  host, port = _host_port(coordinator)
   deadline = time.monotonic() + limit
   if me == 0:
     _gather(port, count, limit, deadline, coordinator)
   else:
-    _report(host.strip("[]"), port, me, count, limit, deadline, coordinator)
+    _report(host, port, me, count, limit, deadline, coordinator)
+
+
+def _host_port(coordinator: str) -> tuple[str, int]:
+  """A checked coordinator (_initialize_arguments) as (host, port); an IPv6 host unbracketed."""
+  host, _, port = coordinator.rpartition(":")
+  return host.strip("[]"), int(port)
 
 
 def _gather(port: int, count: int, limit: float, deadline: float, coordinator: str) -> None:
@@ -282,9 +287,9 @@ def _check_resolves(coordinator: str) -> None:
   Every process, process 0 too, connects to it; JAX's client retries a name that does not
   resolve until the start timeout, and the failure then reads as a missing process.
   """
-  host, _, port = coordinator.rpartition(":")
+  host, port = _host_port(coordinator)
   try:
-    socket.getaddrinfo(host.strip("[]"), int(port), type=socket.SOCK_STREAM)
+    socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
   except (OSError, UnicodeError) as error:  # UnicodeError: a label longer than 63 characters
     raise ValueError(f"the coordinator's host {host!r} (of {ENV_COORDINATOR} or initialize's "
                      f"coordinator {coordinator!r}) does not resolve to an address: {error}; "
