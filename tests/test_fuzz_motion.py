@@ -458,6 +458,36 @@ REFUSED = [
    r"floor must hold contact counts \(whole numbers >= 0\), got -1.0 at index \(0, 0\)"),
   ("landing floor fractional counts", "land(floor=floor * 0.5)",
    r"floor must hold contact counts \(whole numbers >= 0\), got 0.5 at index \(0, 0\)"),
+  # first_touchdown: the same counts for many runs, traced or not.
+  ("touchdown floor 1-D", "motion.first_touchdown(floor[:, 0], 1)",
+   r"floor must have shape \(\.\.\., any, any\), got \(12,\)"),
+  ("touchdown floor one column", "motion.first_touchdown(floor[None, :, :1], 1)",
+   r"floor must have a column per foot and one for the robot \(at least 2\)"),
+  ("touchdown floor no steps", "motion.first_touchdown(floor[:0], 1)",
+   r"floor must hold at least one step \(S >= 1\), got shape \(0, 3\)"),
+  ("touchdown floor NaN", "motion.first_touchdown(floor * math.nan, 1)", r"floor must be finite"),
+  ("touchdown floor strings", "motion.first_touchdown([['a', 'b']], 1)",
+   r"floor must be an array of numbers"),
+  ("touchdown floor booleans", "motion.first_touchdown(floor > 0, 1)",
+   r"floor must be an array of numbers"),
+  ("touchdown floor booleans traced",
+   "jax.jit(motion.first_touchdown, static_argnums=1)(floor > 0, 1)",
+   r"floor must be an array of numbers, got bool"),
+  ("touchdown floor one column traced",
+   "jax.jit(motion.first_touchdown, static_argnums=1)(floor[:, :1], 1)",
+   r"floor must have a column per foot and one for the robot \(at least 2\)"),
+  ("touchdown floor negative counts", "motion.first_touchdown(-floor, 1)",
+   r"floor must hold contact counts \(whole numbers >= 0\), got -1.0 at index \(0, 0\)"),
+  ("touchdown floor fractional counts", "motion.first_touchdown(floor * 0.5, 1)",
+   r"floor must hold contact counts \(whole numbers >= 0\)"),
+  ("touchdown early negative", "motion.first_touchdown(floor, -1)",
+   r"early must be an int >= 0, got -1"),
+  ("touchdown early float", "motion.first_touchdown(floor, 1.5)",
+   r"early must be an int >= 0, got 1.5"),
+  ("touchdown early bool", "motion.first_touchdown(floor, True)",
+   r"early must be an int >= 0, got True"),
+  ("touchdown early an array", "motion.first_touchdown(floor, np.ones(2))",
+   r"early must be an int >= 0, got \[1.0, 1.0\] \(shape \(2,\)\)"),
   # quintic, velocities, angular_momentum.
   ("quintic duration 0", "motion.quintic(0, 0, 0, 1, 0, 0, 0.0, 0.5)",
    r"duration must be a finite number > 0"),
@@ -744,6 +774,10 @@ REFUSED = [
 
 # Snippets whose own asserts state the fixed behaviour: (name, snippet).
 HOLDS = [
+  ("first_touchdown reads each run", textwrap.dedent("""
+    first, bad = motion.first_touchdown(np.stack([floor[3:], floor[3:] * 0]), 2)
+    assert first.tolist() == [5, 0] and bad.tolist() == [False, True]
+    """)),
   ("standing_cost is zero standing still, counts other bodies on the floor", textwrap.dedent("""
     import jax.numpy as jnp
     cost = standing()

@@ -506,7 +506,7 @@ def test_first_touchdown_finds_each_runs_touchdown_and_its_falls():
                           upright_height=0.0).touchdown == step
   assert motion.first_touchdown(knee_late, 6)[1]  # within 6 steps it is a fall
   bad_args: Any = ((lands[:, :1], 1, "a column per foot and one for the robot"),
-                   (lands[:0], 1, "S >= 1 steps"), (lands, -1, "early must be"),
+                   (lands[:0], 1, r"at least one step \(S >= 1\)"), (lands, -1, "early must be"),
                    (lands, 1.5, "early must be"))
   for floor_, early, message in bad_args:
     with pytest.raises(ValueError, match=message):

@@ -20,6 +20,7 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jax.core import Tracer
 
 from mjbatch_jax import _validate as v
 from mjbatch_jax.motion._arrays import numbers
@@ -57,6 +58,20 @@ class Landing:
     return self.touchdown * self.dt
 
 
+def _counts(floor: Any, shape: tuple[Any, ...]) -> np.ndarray:
+  """floor (shape: a pattern as in _validate) checked as floor_contact_sensors' counts."""
+  floor = numbers("floor", floor, shape)
+  if floor.shape[-1] < 2:
+    raise ValueError(f"floor must have a column per foot and one for the robot (at least 2), got "
+                     f"shape {floor.shape}")
+  bad = (floor < 0) | (floor != np.round(floor))
+  if np.any(bad):
+    first = tuple(int(i) for i in np.argwhere(bad)[0])
+    raise ValueError(f"floor must hold contact counts (whole numbers >= 0), got {floor[first]} at "
+                     f"index {first}")
+  return floor
+
+
 def landing(floor: Any, height: Any, dt: float, *, min_flight: float,
             upright_height: float) -> Landing:
   """The longest flight of a run and whether the robot landed on its feet and stood.
@@ -81,15 +96,7 @@ def landing(floor: Any, height: Any, dt: float, *, min_flight: float,
     done = landing(sensordata[:, [left, right, robot]], qpos[:, 2], 0.002, min_flight=0.1,
                    upright_height=0.6)
   """
-  floor = numbers("floor", floor, (None, None))
-  if floor.shape[1] < 2:
-    raise ValueError(f"floor must have a column per foot and one for the robot (at least 2), got "
-                     f"shape {floor.shape}")
-  bad = (floor < 0) | (floor != np.round(floor))
-  if np.any(bad):
-    first = tuple(int(i) for i in np.argwhere(bad)[0])
-    raise ValueError(f"floor must hold contact counts (whole numbers >= 0), got {floor[first]} at "
-                     f"index {first}")
+  floor = _counts(floor, (None, None))
   height = numbers("height", height, (floor.shape[0],))
   dt = v.number("dt", dt, low=0.0, low_open=True)
   min_flight = v.number("min_flight", min_flight, low=0.0)
@@ -126,16 +133,24 @@ def first_touchdown(floor: Any, early: int) -> tuple[jax.Array, jax.Array]:
     and (...) bool.
 
   Raises:
-    ValueError: floor with fewer than 2 columns or no steps, or early not an integer >= 0.
+    ValueError: floor of fewer than 2 dimensions, 2 columns or one step, or not numbers; a
+      concrete floor with NaN or counts that are negative or not whole (as landing's); early not
+      an integer >= 0.
 
   Example:
     first, bad = motion.first_touchdown(sensordata[..., columns], early=3 * nstep)
     pitch_at_touchdown = jnp.take_along_axis(pitch, first[..., None], axis=-1)[..., 0]
   """
-  floor = jnp.asarray(floor)
-  if floor.ndim < 2 or floor.shape[-1] < 2 or floor.shape[-2] == 0:
-    raise ValueError(f"floor must be (..., S, F + 1) counts with S >= 1 steps and a column per "
-                     f"foot and one for the robot, got shape {floor.shape}")
+  if isinstance(floor, Tracer):  # its shape and type only: the values exist at run time
+    if floor.ndim < 2 or floor.shape[-1] < 2:
+      raise ValueError(f"floor must have a column per foot and one for the robot (at least 2), "
+                       f"got shape {floor.shape}")
+    if floor.dtype.kind not in "iuf":
+      raise ValueError(f"floor must be an array of numbers, got {floor.dtype}")
+  else:
+    floor = jnp.asarray(_counts(floor, (..., None, None)))
+  if floor.shape[-2] == 0:
+    raise ValueError(f"floor must hold at least one step (S >= 1), got shape {floor.shape}")
   early = v.integer("early", early, 0)
   robot, feet = floor[..., -1], floor[..., :-1].sum(axis=-1)
   down = robot > 0
