@@ -267,13 +267,20 @@ def add_mpc_args(parser: argparse.ArgumentParser, steps: int, method: str = "pre
 
 
 def example_parser(name: str, description: str | None, threads: int = 0,
-                   mpc_steps: int | None = None) -> argparse.ArgumentParser:
-  """An ArgumentParser with add_standard_args' flags and, given mpc_steps, add_mpc_args' ones.
+                   mpc_steps: int | None = None, robot: str | None = None
+                   ) -> argparse.ArgumentParser:
+  """An ArgumentParser with add_standard_args' flags and, given mpc_steps, add_mpc_args' ones;
+  given robot (a folder of the shared models), --model: its scene.xml, default None (the shared
+  one; robot_scene finds it).
 
     args = common.parse(common.example_parser("my_mpc", __doc__, mpc_steps=150), argv)
   """
   parser = argparse.ArgumentParser(description=description)
   add_standard_args(parser, name, threads)
+  if robot is not None:
+    parser.add_argument("--model", type=Path, default=None,
+                        help=f"the robot's scene.xml (default: {robot}/scene.xml of the shared "
+                             f"models, {MODELS})")
   if mpc_steps is not None:
     add_mpc_args(parser, mpc_steps)
   return parser

@@ -100,9 +100,7 @@ class Config:
   # --- iLQR
   iterations: int = 12
   guard_robots: int = 8
-  # --- the landing: the push's search (candidates on the nominal robot, twice, and push_robots
-  # others; the nominal robot's turn short of push_turn weighed), the mean flown checked on
-  # push_check_robots.
+  # --- the landing: the push's search and check (landing_push), the choice in flight, the MPC
   push_samples: int = 32
   push_iterations: int = 15
   push_robots: int = 12
@@ -133,9 +131,12 @@ class Config:
   def push_start(self) -> float:
     return self.stand_s + self.crouch_s
 
+  def stands(self, metrics: dict) -> bool:
+    """Whether a replay's flip_metrics land it and keep it upright long enough."""
+    return bool(metrics["landed"] and metrics["upright_s"] >= self.upright_goal)
 
-# The clip on the fine grid (every FINE-th row is a frame), where the feet are down, and the
-# report's numbers: flight_s, apex_m, momentum (L about the centre of mass, kg m^2/s).
+
+# The clip on the fine grid, where the feet are down, the report (flight_s, apex_m, momentum).
 Reference = collections.namedtuple("Reference", "qpos qvel qacc contact report")
 
 
@@ -143,7 +144,7 @@ class _Builder:
   """The reference's pieces on the fine grid: IK poses, the centre of mass, the feet's poses."""
 
   def __init__(self, model: mujoco.MjModel):
-    self.model, self.dt = model, FRAME_DT / FINE
+    self.dt = FRAME_DT / FINE
     # The posture in the null space: each frame converges to the same pose from a nearby start.
     self.ik = motion.IK(model, common.g1_ik_posture(model), mode="null_space")
     self.foot_ids = [model.body(f).id for f in FEET]
@@ -161,8 +162,7 @@ class _Builder:
     return out
 
   def tasks(self, targets: dict, free_root: bool = True) -> list:
-    """IK tasks for targets: "feet" (pos, quat) each; "com" and "pelvis_quat" when the root is
-    free; "joints" (the upper body)."""
+    """IK tasks of targets' "feet" [(pos, quat)], "com", "pelvis_quat" (free root), "joints"."""
     tasks = []
     for foot, (pos, quat) in zip(FEET, targets["feet"], strict=True):
       tasks += [motion.BodyPosition(foot, pos), motion.BodyOrientation(foot, quat)]
@@ -294,9 +294,6 @@ def build_reference(model: mujoco.MjModel, cfg: Config, frames: int = CLIP_FRAME
   omega_off, (q_push, err_push, flown, err_flight), misses = common.secant(
     attempt, -4.0, -8.0, done=lambda miss, out: abs(miss) < 1e-3 * abs(out[2].momentum))
   q_flight, momentum, omega_down = flown.qpos, flown.momentum, flown.final_rate
-  log(f"reference: the flight's turn needs L = {momentum:.2f} kg m^2/s; the push hands it over "
-      f"with the pelvis turning at {omega_off:.2f} rad/s at take-off (missed by "
-      f"{abs(misses[-1]):.1e} after {len(misses)} tries)")
   # Landing: the feet stay where they touched down; the fall is stopped at constant deceleration
   # over the drop to the landing crouch while the turn is caught; then settling, standing up.
   i_down = i_off + k_flight
@@ -339,14 +336,12 @@ def build_reference(model: mujoco.MjModel, cfg: Config, frames: int = CLIP_FRAME
   qvel, qacc = motion.phase_derivatives(model, qpos, dt, contact)
   apex = float(qpos[i_off:i_down + 1, 2].max())
   log(f"reference: take-off at {t_off:.3f} s at ({v_off[0]:+.2f}, {v_off[2]:.2f}) m/s; flight "
-      f"{flight:.3f} s; apex {apex:.2f} m; L = {momentum:.2f} kg m^2/s (pelvis {omega_off:.1f} "
+      f"{flight:.3f} s; apex {apex:.2f} m; the turn's L = {momentum:.2f} kg m^2/s (the push hands "
+      f"it over within {abs(misses[-1]):.1e} after {len(misses)} tries; pelvis {omega_off:.2f} "
       f"rad/s at take-off, {omega_down:.1f} at touchdown); IK within "
       f"{1e3 * max(err_before, err_push, err_flight, err_after):.2f} mm")
   return Reference(qpos, qvel, qacc, contact, {"flight_s": flight, "apex_m": apex,
                                                "momentum": float(momentum)})
-
-
-# ------------------------------------------------------ the model, clip, cost and warm start
 
 
 # The G1 with its floor-contact sensors, checked for the tracked bodies.
@@ -362,14 +357,8 @@ def prepare(model: mujoco.MjModel, cfg: Config, log=print) -> tuple[dict, dict]:
   checked[[0, -1]] = False  # one-sided differences there
   f = motion.feasibility(model, ref.qpos, ref.qvel, ref.qacc, ref.contact, FEET, SOLE,
                          friction=0.6, checked=checked)
-  names = [model.actuator(i).name.removesuffix("_joint") for i in range(model.nu)]
-  worst = np.argsort(-f.torque_ratio)[:6]
-  log("feasibility: peak torque / limit " + ", ".join(f"{names[i]} {f.torque_ratio[i]:.2f}"
-                                                      for i in worst)
-      + ("; within the G1's limits" if f.ok else "; NOT within the G1's limits"))
-  report = {**ref.report,
-            "torque_ratio": dict(zip(names, f.torque_ratio.tolist(), strict=True)),
-            "floor": {k: w for k, w in f.worst.items() if k != "torque"}, "feasible": f.ok}
+  log(f"feasibility: {f.summary()}")
+  report = {**ref.report, **f.record()}
   frames, rows = cfg.frames, slice(0, FINE * cfg.frames, FINE)
   qpos = ref.qpos[rows]
   xpos, xquat = motion.body_poses(model, qpos, TRACKED)
@@ -381,33 +370,12 @@ def prepare(model: mujoco.MjModel, cfg: Config, log=print) -> tuple[dict, dict]:
   return {"qpos": qpos, "xpos": xpos, "xquat": xquat, "servo": servo, "angles": angles}, report
 
 
-def tracking_cost(sim: mjbatch_jax.Simulator, clip: dict) -> control.Cost:
-  return motion.tracking_cost(sim, clip["xpos"], clip["xquat"], clip["qpos"], TRACKED,
-                              **common.G1_TRACKING)
-
-
 def program(model: mujoco.MjModel, cfg: Config, servo: np.ndarray) -> motion.SynergyProgram:
   """z (phases * 7,) -> the plan (F, nu): servo up to the push, each phase's synergy targets
   held for its duration, then a ramp to servo's last (standing) targets."""
   return motion.SynergyProgram(common.g1_synergies(model, SYNERGIES), servo, FRAME_DT,
                                start=cfg.push_start, ramp_s=cfg.ramp_s, durations=(0.04, 1.0),
                                ctrlrange=model.actuator_ctrlrange)
-
-
-def robots(sim: mjbatch_jax.Simulator, seed: int) -> Ensemble:
-  """common.g1_robots, one seed for all purposes (their names keep their robots apart)."""
-  return common.g1_robots(sim, dict.fromkeys(PURPOSES, seed))
-
-
-# ------------------------------------------------------------------------ the flip's numbers
-
-
-def floor_columns(sim: mjbatch_jax.Simulator) -> np.ndarray:
-  return common.g1_floor_columns(sim.model)
-
-
-def pelvis_pitch(sim: mjbatch_jax.Simulator, states) -> jax.Array:
-  return motion.quat_pitch(states[..., sim.layout.qpos][..., 3:7])
 
 
 def flip_metrics(cfg: Config, qpos: np.ndarray, floor: np.ndarray, dt: float) -> dict:
@@ -419,22 +387,14 @@ def flip_metrics(cfg: Config, qpos: np.ndarray, floor: np.ndarray, dt: float) ->
   off, last = done.takeoff, min(done.touchdown, len(pitch) - 1)
   return {"rotation_rad": float(pitch[off] - pitch[last]) if done.flight_s else 0.0,
           "flight_s": done.flight_s, "apex_m": float(qpos[:, 2].max()), "landed": done.landed,
-          "upright_s": done.upright_s, "takeoff_s": done.takeoff_s,
-          "touchdown_s": done.touchdown_s}
-
-
-def stands(cfg: Config, metrics: dict) -> bool:
-  return bool(metrics["landed"] and metrics["upright_s"] >= cfg.upright_goal)
+          "upright_s": done.upright_s, "takeoff_s": done.takeoff_s, "touchdown_s": done.touchdown_s}
 
 
 def replay_metrics(sim, cfg: Config, states, sensors) -> list[dict]:
   """flip_metrics of each robot of a replay's (N, S, ...) states and sensordata."""
   rows = per_robot((np.asarray(states)[..., sim.layout.qpos],
-                    np.asarray(sensors)[..., floor_columns(sim)]))
+                    np.asarray(sensors)[..., common.g1_floor_columns(sim.model)]))
   return [flip_metrics(cfg, q, f, sim.model.opt.timestep) for q, f in rows]
-
-
-# ------------------------------------------------------------------------------ the landing
 
 
 def tuck_holds(model, cfg: Config, ctrl: np.ndarray, decide: int, tilt: tuple[int, int]
@@ -450,12 +410,13 @@ def touchdowns(sim, cfg: Config, states, sensors, obs, nstep: int) -> tuple:
   """Per row of physics steps from a state in flight: the pelvis's pitch at the first step
   with a foot down, whether that landing is bad (motion.first_touchdown within early_knots),
   and the capture offset there."""
-  first, bad = motion.first_touchdown(sensors[..., floor_columns(sim)], cfg.early_knots * nstep)
+  first, bad = motion.first_touchdown(sensors[..., common.g1_floor_columns(sim.model)],
+                                      cfg.early_knots * nstep)
   rows = jnp.arange(states.shape[0])
   com = obs["subtree_com"][:, :, 1, 0]
   feet = obs["xpos"][:, :, np.asarray(sim.names.bodies(list(FEET))), 0].mean(axis=-1)
   vx = (com[rows, first] - com[rows, jnp.maximum(first - 1, 0)]) / sim.model.opt.timestep
-  return (pelvis_pitch(sim, states)[rows, first], bad,
+  return (motion.quat_pitch(states[..., sim.layout.qpos][..., 3:7])[rows, first], bad,
           com[rows, first] - feet[rows, first] + cfg.capture[0] * vx)
 
 
@@ -489,9 +450,10 @@ def landing_push(sim, cfg: Config, start, ctrl: np.ndarray, z, nstep: int, decid
     ctrls = jnp.repeat(jnp.repeat(jax.vmap(plan)(targets), nstep, axis=1), robots_n, axis=0)
     states, sensors = mjbatch_jax.rollout(jnp.broadcast_to(start, (rows, sim.nstate)), ctrls,
                                           params)
-    on_floor = sensors[..., floor_columns(sim)[2]] > 0
+    on_floor = sensors[..., common.g1_floor_columns(sim.model)[2]] > 0
     off = states.shape[1] - jnp.argmax(on_floor[:, ::-1], axis=-1)
-    off_pitch = pelvis_pitch(sim, states[jnp.arange(rows), jnp.minimum(off, states.shape[1] - 1)])
+    off_state = states[jnp.arange(rows), jnp.minimum(off, states.shape[1] - 1)]
+    off_pitch = motion.quat_pitch(off_state[:, sim.layout.qpos][:, 3:7])
     params = jax.tree.map(lambda leaf: jnp.repeat(leaf, len(holds), axis=0), params)
     states, sensors, obs = mjbatch_jax.rollout(
       jnp.repeat(states[:, -1], len(holds), axis=0), jnp.tile(tails, (rows, 1, 1)), params,
@@ -554,10 +516,9 @@ def plan_landing(sim, cfg: Config, start, ctrl: np.ndarray, z, nstep: int, ensem
 
 def landing_replay(sim, cfg: Config, params, start, holds: np.ndarray, knots, nstep: int,
                    stand_height: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-  """The closed loop on the robots of params: the plan to knot decide, the hold and then the
-  tilt chosen from each robot's state on the nominal model (control.fly_variants), the landing
-  MPC (control.receding_horizon_fleet). Every physics step's states and sensordata and each
-  robot's (hold, tilt)."""
+  """The closed loop on params' robots: the plan to knot decide, the hold and tilt chosen from
+  each robot's state by rollouts of the nominal model (control.fly_variants), the landing MPC
+  (receding_horizon_fleet). Every physics step's states and sensordata; each robot's choice."""
   decide, tilt_at, land_from = (int(k) for k in knots)
 
   def score(xs, sensors, obs):
@@ -570,8 +531,8 @@ def landing_replay(sim, cfg: Config, params, start, holds: np.ndarray, knots, ns
                                keep_first=cfg.capture[3] / cfg.capture[2])
   ctrls, n = flown.ctrls, len(flown.ctrls)
   samples, knots_n, noise, iterations, elites, std_min = cfg.land_mpc
-  cost = motion.standing_cost(sim, floor_columns(sim), FEET, ctrls[0, -1], stand_height,
-                              motion.StandingWeights(*cfg.land_weights))
+  cost = motion.standing_cost(sim, common.g1_floor_columns(sim.model), FEET, ctrls[0, -1],
+                              stand_height, motion.StandingWeights(*cfg.land_weights))
   planner = control.sampling(cost, sim.params(1), horizon=cfg.land_horizon, nstep=nstep,
                              settings=control.CEMSettings(
       num_samples=samples, num_knots=knots_n, interpolation="linear", noise=noise,
@@ -586,49 +547,31 @@ def landing_replay(sim, cfg: Config, params, start, holds: np.ndarray, knots, ns
           np.concatenate([flown.sensordata, np.asarray(run.sensordata)], axis=1), flown.chosen)
 
 
-# --------------------------------------------------------------------- evaluation and summary
-
-
-def evaluate_plan(sim, cfg: Config, clip: dict, start, plan: dict, nstep: int, robust: int,
+def evaluate_plan(sim, cfg: Config, plan: dict, nstep: int, robust: int,
                   ensemble: Ensemble) -> dict:
   """The nominal robot (row 0) and robust evaluation robots, open loop (the plan's controls)
   and closed loop (landing_replay), as the rows of the same calls."""
   params = ensemble.params("evaluation", robust) if robust else ensemble.nominal(1)
-  start = jnp.asarray(start)
+  start = jnp.asarray(plan["start"])
   open_xs, open_sensors = control.open_loop(params, start, plan["ctrl"], nstep)
   stand_height = float(np.asarray(start)[sim.layout.qpos][2])
   xs, sensors, chosen = landing_replay(sim, cfg, params, start, plan["holds"],
                                        plan["landing_knots"], nstep, stand_height)
-  closed, opened = replay_metrics(sim, cfg, xs, sensors), replay_metrics(sim, cfg, open_xs,
-                                                                         open_sensors)
-  xpos, xquat = motion.body_poses(sim.model, xs[0, nstep - 1::nstep, sim.layout.qpos], TRACKED)
-  held = np.minimum(np.arange(1, len(xpos) + 1), len(clip["qpos"]) - 1)
-  errors = np.asarray(motion.pose_errors(xpos, xquat, clip["xpos"][held], clip["xquat"][held]))
-  out = {"closed_loop": closed[0], "open_loop": opened[0], "errors": errors, "chosen": chosen,
-         "closed_loop_states": xs[0], "closed_loop_floor": sensors[0][:, floor_columns(sim)],
+  closed = replay_metrics(sim, cfg, xs, sensors)
+  opened = replay_metrics(sim, cfg, open_xs, open_sensors)
+  out = {"closed_loop": closed[0], "open_loop": opened[0], "chosen": chosen,
+         "closed_loop_states": xs[0],
+         "closed_loop_floor": sensors[0][:, common.g1_floor_columns(sim.model)],
          "replay_gap": float(np.max(np.abs(np.asarray(open_xs[0])[nstep - 1::nstep]
                                            - np.asarray(plan["states"])[1:])))}
   if robust:
-    out["robust"] = evaluate(closed, functools.partial(stands, cfg))
-    out["robust_open_loop"] = evaluate(opened, functools.partial(stands, cfg))
+    out["robust"] = evaluate(closed, cfg.stands)
+    out["robust_open_loop"] = evaluate(opened, cfg.stands)
   return out
 
 
-def summary_of(result: dict) -> dict:
-  closed, e = result["closed_loop"], result["errors"]
-  robust = result.get("robust")
-  return {
-    "rotation_rad": closed["rotation_rad"], "target_rad": TURN_TARGET,
-    "complete": closed["rotation_rad"] >= TURN_TARGET, "flight_s": closed["flight_s"],
-    "apex_m": closed["apex_m"], "landed": closed["landed"], "upright_s": closed["upright_s"],
-    "mean_pos_err_mm": 1e3 * float(np.linalg.norm(e[..., :3], axis=-1).mean()),
-    "mean_rot_err_deg": float(np.degrees(np.linalg.norm(e[..., 3:], axis=-1).mean())),
-    "open_loop_landed": result["open_loop"]["landed"],
-    "robust_robots": None if robust is None else robust.robots,
-    "robust_landed_share": None if robust is None else robust.share}
-
-
-def print_result(cfg: Config, result: dict) -> None:
+def report(cfg: Config, result: dict) -> dict:
+  """Prints the replays' numbers; the summary for the JSON line."""
   for name in ("open_loop", "closed_loop"):
     m = result[name]
     print(f"{name.replace('_', ' ')}: turns {m['rotation_rad']:.2f} rad over a flight of "
@@ -639,26 +582,27 @@ def print_result(cfg: Config, result: dict) -> None:
   print(f"landing: the nominal robot holds the tuck {hold} knots longer and tilts the pelvis "
         f"{cfg.tilts[tilt]:g} rad; open loop replays the plan's states within "
         f"{result['replay_gap']:.1e}")
-  if "robust" in result:
+  robust = result.get("robust")  # None: the nominal robot only
+  if robust is not None:
     print(f"robustness (link masses x[0.9, 1.1], floor friction [0.6, 1.0]): closed loop: "
-          f"{result['robust']}; open loop: {result['robust_open_loop']}")
+          f"{robust}; open loop: {result['robust_open_loop']}")
+  closed = result["closed_loop"]
+  return {
+    "rotation_rad": closed["rotation_rad"], "target_rad": TURN_TARGET,
+    "complete": closed["rotation_rad"] >= TURN_TARGET, "flight_s": closed["flight_s"],
+    "apex_m": closed["apex_m"], "landed": closed["landed"], "upright_s": closed["upright_s"],
+    "open_loop_landed": result["open_loop"]["landed"],
+    "robust_robots": robust and robust.robots, "robust_landed_share": robust and robust.share}
 
 
-# --------------------------------------------------------------------------- solve and play
-
-
-def version(model: mujoco.MjModel) -> str:
-  """What a saved plan depends on beside its Config: the model's bytes, the grid, the cost."""
-  return common.model_fingerprint(model, FRAME_DT, FINE, TRACKED, *common.g1_tracking_parts())
-
-
-def solve(args: argparse.Namespace, cfg: Config, sim: mjbatch_jax.Simulator,
-          ensemble: Ensemble) -> tuple[dict, dict]:
+def solve(args: argparse.Namespace, cfg: Config, sim: mjbatch_jax.Simulator, ensemble: Ensemble,
+          version: str) -> tuple[dict, dict]:
   """The plan (see plan_landing) with its start and reference, saved; the report for the JSON."""
   model = sim.model
   nstep = round(FRAME_DT / model.opt.timestep)
   clip, report = prepare(model, cfg)
-  cost = tracking_cost(sim, clip)
+  cost = motion.tracking_cost(sim, clip["xpos"], clip["xquat"], clip["qpos"], TRACKED,
+                              **common.G1_TRACKING)
   start = common.g1_at_rest(sim, clip["qpos"][0])
   watch = common.Stopwatch()
   with watch():
@@ -669,7 +613,7 @@ def solve(args: argparse.Namespace, cfg: Config, sim: mjbatch_jax.Simulator,
     guess = np.asarray(program(model, cfg, base)(jnp.asarray(z.ravel())))
     guard = control.ensemble_guard(
       lambda u: control.open_loop(ensemble.params("guard", cfg.guard_robots), start, u, nstep),
-      lambda row: stands(cfg, replay_metrics(sim, cfg, row[0][None], row[1][None])[0]),
+      lambda row: cfg.stands(replay_metrics(sim, cfg, row[0][None], row[1][None])[0]),
       guess, log=print)
     result = common.ilqr_with_progress(
       cost, sim.params(1), start, guess, nstep=nstep, iterations=cfg.iterations,
@@ -685,7 +629,7 @@ def solve(args: argparse.Namespace, cfg: Config, sim: mjbatch_jax.Simulator,
           "solve_seconds": watch.wall}
   plan = {**plan, "start": np.asarray(start), "ref_qpos": clip["qpos"], "ref_xpos": clip["xpos"],
           "ref_xquat": clip["xquat"]}
-  common.save_result(args.out, KIND, plan, meta, version=version(model))
+  common.save_result(args.out, KIND, plan, meta, version=version)
   print(f"plan saved to {args.out}")
   return plan, {"reference": report, "costs": costs, "meta": meta}
 
@@ -708,10 +652,8 @@ FLAGS = {"frames": (2, CLIP_FRAMES, "knots tracked (the clip's first N frames)")
          "push_iterations": (0, 1000, "iterations of the push's search for the landing")}
 
 
-def parse_args(argv: list[str] | None = None) -> tuple[argparse.Namespace, Config]:
-  parser = common.example_parser(KIND, "A backflip on the Unitree G1.")
-  parser.add_argument("--model", type=Path, default=None,
-                      help="the G1's scene.xml (default: ../shared/models/unitree_g1)")
+def main(argv: list[str] | None = None) -> dict:
+  parser = common.example_parser(KIND, "A backflip on the Unitree G1.", robot="unitree_g1")
   common.config_flags(parser, Config(), FLAGS)
   parser.add_argument("--robust", type=common.int_in(0, 4096, "0: the nominal robot only"),
                       default=2, help="evaluation robots beside the nominal one (default 2: about "
@@ -721,31 +663,27 @@ def parse_args(argv: list[str] | None = None) -> tuple[argparse.Namespace, Confi
   args = common.parse(parser, argv)
   if args.reference and args.play:
     parser.error("--reference builds the reference and stops: leave out --play")
-  return args, common.config_from(args, Config(), FLAGS)
-
-
-def main(argv: list[str] | None = None) -> dict:
-  args, cfg = parse_args(argv)
-  model = load_model(args.model)
+  cfg, model = common.config_from(args, Config(), FLAGS), load_model(args.model)
   if args.reference:
     return prepare(model, cfg)[1]
+  # What a saved plan depends on beside its Config: the model's bytes, the grid, the cost.
+  version = common.model_fingerprint(model, FRAME_DT, FINE, TRACKED, *common.g1_tracking_parts())
   with mjbatch_jax.Simulator(model, num_threads=args.threads) as sim:
-    ensemble = robots(sim, args.seed)
+    # One seed for all purposes: their names keep their robots apart.
+    ensemble = common.g1_robots(sim, dict.fromkeys(PURPOSES, args.seed))
     if args.play:
-      plan, meta = common.load_result(args.out, KIND, version=version(model), config=cfg, keys=(
+      plan, meta = common.load_result(args.out, KIND, version=version, config=cfg, keys=(
         "ctrl", "states", "holds", "landing_knots", "start", "ref_qpos", "ref_xpos", "ref_xquat"))
     else:
-      plan, solved = solve(args, cfg, sim, ensemble)
+      plan, solved = solve(args, cfg, sim, ensemble, version)
       meta = solved["meta"]
-    clip = {key: plan[f"ref_{key}"] for key in ("qpos", "xpos", "xquat")}
     nstep = int(meta["nstep"])
     watch = common.Stopwatch()
     with watch(), common.progress(1, f"replay on {args.robust + 1} robots") as bar:
-      result = evaluate_plan(sim, cfg, clip, plan["start"], plan, nstep, args.robust, ensemble)
+      result = evaluate_plan(sim, cfg, plan, nstep, args.robust, ensemble)
       bar.update()
     print(f"replayed on the nominal robot and {args.robust} others in {watch.wall:.0f} s")
-  print_result(cfg, result)
-  summary = summary_of(result)
+  summary = report(cfg, result)
   if args.play:
     plots(model, cfg, result, args.out.with_suffix(".png"))
     print(common.render(model, result["closed_loop_states"][nstep - 1::2 * nstep],

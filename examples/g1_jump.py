@@ -165,8 +165,8 @@ def plot_and_video(args, model, sim, rows: np.ndarray, summary: dict) -> None:
 
 
 def main(argv=None) -> dict:
-  parser = common.example_parser("g1_jump", "Unitree G1: a forward jump by CEM.", threads=2)
-  parser.add_argument("--model", help="the G1's scene.xml (default: shared models)")
+  parser = common.example_parser("g1_jump", "Unitree G1: a forward jump by CEM.", threads=2,
+                                 robot="unitree_g1")
   flags = {"samples": (4, 4096, "CEM candidates"), "iterations": (0, 4096, "CEM iterations")}
   common.config_flags(parser, JumpConfig(), flags)
   parser.add_argument("--robust", type=common.int_in(1, 4096, "evaluation robots"), default=32)

@@ -202,8 +202,8 @@ def play(args) -> dict:
 
 
 def main(argv=None) -> dict:
-  parser = common.example_parser("g1_tracking", "G1 whole-body motion tracking by iLQR.")
-  parser.add_argument("--model", default=None, help="the G1's scene.xml (default: shared models)")
+  parser = common.example_parser("g1_tracking", "G1 whole-body motion tracking by iLQR.",
+                                 robot="unitree_g1")
   parser.add_argument("--frames", type=common.int_in(2, CLIP_FRAMES, "frames"),
                       default=CLIP_FRAMES, help="track the clip's first N frames")
   parser.add_argument("--iterations", type=common.int_in(0, 1000, "iterations"), default=40,

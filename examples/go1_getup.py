@@ -66,8 +66,8 @@ def getup_cost(sim: mjbatch_jax.Simulator, home: np.ndarray) -> control.Cost:
 
 
 def main(argv=None) -> dict:
-  parser = common.example_parser("go1_getup", "Go1 getting up by sampling MPC.", mpc_steps=150)
-  parser.add_argument("--model", default=None, help="the Go1's scene.xml (default: shared models)")
+  parser = common.example_parser("go1_getup", "Go1 getting up by sampling MPC.", mpc_steps=150,
+                                 robot="unitree_go1")
   parser.add_argument("--samples", type=common.int_in(2, 10**6, "candidates"), default=128)
   args = common.parse(parser, argv)
   model = common.load_scene(args.model, "unitree_go1", bodies=("trunk",))

@@ -338,6 +338,11 @@ def test_example_parser_has_the_standard_flags_and_the_mpc_ones_when_asked(tmp_p
   assert (args.steps, args.method, args.out.name) == (7, "cem", "mpc.npz")
   with pytest.raises(SystemExit):
     common.parse(common.example_parser("mpc", None, mpc_steps=7), ["--method", "ilqr"])
+  assert not hasattr(args, "model")  # --model only for a robot of the shared models
+  robot = common.example_parser("walk", None, robot="unitree_go1")
+  assert common.parse(robot, []).model is None  # robot_scene then finds the shared one
+  assert common.parse(robot, ["--model", "my/scene.xml"]).model == Path("my/scene.xml")
+  assert "unitree_go1/scene.xml" in robot.format_help()
 
 
 def _cartpole_problem(sim: mjbatch_jax.Simulator) -> tuple[control.Cost, jax.Array]:

@@ -220,6 +220,33 @@ def test_feasibility_of_the_g1_standing_at_rest(g1):
   assert np.array_equal(result.peak_ratio(np.array([True, False])), result.torque_ratio)
 
 
+
+def test_feasibility_summary_and_record_name_the_actuators(g1):
+  """summary ranks the actuators by peak torque / limit (ties in model order) and says whether
+  every margin is met; record is the same as plain JSON values, floor margins without torque."""
+  import json
+
+  qpos = np.tile(g1.key_qpos[0], (2, 1))
+  zeros = np.zeros((2, g1.nv))
+  result = motion.feasibility(g1, qpos, zeros, zeros, np.ones(2, bool), G1_FEET, G1_SOLE)
+  names = [g1.actuator(i).name for i in range(g1.nu)]
+  assert list(result.actuators) == names
+  order = sorted(range(g1.nu), key=lambda i: (-result.torque_ratio[i], i))[:3]
+  assert result.summary(3) == ("peak torque / limit " + ", ".join(
+    f"{names[i]} {result.torque_ratio[i]:.2f}" for i in order) + "; within the robot's limits")
+  assert result.summary().count(",") == 5  # six actuators by default
+  record = json.loads(json.dumps(result.record()))
+  assert record["feasible"] is True and list(record["torque_ratio"]) == names
+  assert record["torque_ratio"][names[order[0]]] == float(result.torque_ratio[order[0]])
+  assert "torque" not in record["floor"] and set(record["floor"]) == set(result.worst) - {"torque"}
+  lifted = motion.feasibility(g1, qpos, zeros, zeros + 50.0, np.ones(2, bool), G1_FEET, G1_SOLE)
+  assert not lifted.ok and lifted.summary().endswith("; NOT within the robot's limits")
+  assert lifted.record()["feasible"] is False
+  for top in (0, -1, 1.5, "6", True):
+    with pytest.raises(ValueError, match="top"):
+      result.summary(top)  # pyright: ignore[reportArgumentType]
+
+
 def test_feasibility_in_flight_and_per_body_contact():
   model = mujoco.MjModel.from_xml_string(BIPED_XML)
   sole = motion.Sole((-0.06, 0.06), 0.03, z=-0.01)

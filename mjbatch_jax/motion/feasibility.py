@@ -72,7 +72,8 @@ class Feasibility:
   its centre of pressure (x, y) in its sole frame. flight_wrench: the largest root force (N)
   of the frames without contact. limit: (nu, 2) the torque limits used. torque_ratio: (nu,) the
   peak of torque / limit over the frames. worst: the binding margins, name -> (value, limit)
-  (and the actuator's name for "torque"). ok: every margin met.
+  (and the actuator's name for "torque"). ok: every margin met. actuators: (nu,) their names
+  (#i for an unnamed one).
   """
 
   torque: np.ndarray
@@ -84,6 +85,7 @@ class Feasibility:
   torque_ratio: np.ndarray
   worst: dict
   ok: bool
+  actuators: tuple[str, ...]
 
   def peak_ratio(self, frames: Any) -> np.ndarray:
     """(nu,) the peak of torque / limit over frames (an index or an (n,) bool mask): a phase's.
@@ -92,6 +94,29 @@ class Feasibility:
       push = result.peak_ratio((t >= push_start) & (t <= takeoff))
     """
     return _ratio(self.torque[frames], self.limit)
+
+  def summary(self, top: int = 6) -> str:
+    """One line for a log: the top actuators by peak torque / limit, and whether all is met.
+
+    Example:
+      print("feasibility: " + result.summary())
+      # feasibility: peak torque / limit knee 2.57, hip 1.20; NOT within the robot's limits
+    """
+    worst = np.argsort(-self.torque_ratio, kind="stable")[:v.integer("top", top, low=1)]
+    return ("peak torque / limit "
+            + ", ".join(f"{self.actuators[i]} {self.torque_ratio[i]:.2f}" for i in worst)
+            + ("; within the robot's limits" if self.ok else "; NOT within the robot's limits"))
+
+  def record(self) -> dict:
+    """For a JSON report: each actuator's peak torque / limit, the floor's binding margins
+    (worst without "torque") and ok, as plain Python values.
+
+    Example:
+      json.dumps({"reference": result.record()})
+    """
+    return {"torque_ratio": dict(zip(self.actuators, self.torque_ratio.tolist(), strict=True)),
+            "floor": {k: w for k, w in self.worst.items() if k != "torque"},
+            "feasible": bool(self.ok)}
 
 
 def feasibility(model: mujoco.MjModel, qpos: Any, qvel: Any, qacc: Any, contact: Any,
@@ -202,7 +227,8 @@ def feasibility(model: mujoco.MjModel, qpos: Any, qvel: Any, qacc: Any, contact:
   servo[:, ~servo_ok] = np.nan
   ratio = _ratio(torque, limit)
   worst, ok = _margins(m, ratio, servo, force, cop, contact & checked[:, None], soles, friction)
-  return Feasibility(torque, servo, force, cop, flight_wrench, limit, ratio, worst, ok)
+  actuators = tuple(m.actuator(i).name or f"#{i}" for i in range(nu))
+  return Feasibility(torque, servo, force, cop, flight_wrench, limit, ratio, worst, ok, actuators)
 
 
 def _flags(name: str, value: Any, shapes: tuple[tuple[int, ...], ...]) -> np.ndarray:
