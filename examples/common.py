@@ -36,6 +36,7 @@ import mujoco  # noqa: E402
 import numpy as np  # noqa: E402
 
 from mjbatch_jax import archive, ensemble, motion, randomize  # noqa: E402
+from mjbatch_jax.distributed import model_digest  # noqa: E402
 from mjbatch_jax.motion.sensors import PREFIX as FLOOR_CONTACT  # noqa: E402
 
 EXAMPLES = Path(__file__).resolve().parent
@@ -366,11 +367,9 @@ def fingerprint(*parts: Any) -> str:
 
 
 def model_fingerprint(model: mujoco.MjModel, *parts: Any) -> str:
-  """fingerprint() of a compiled model's bytes and of parts."""
-  size = mujoco.mj_sizeModel(model)
-  buffer = np.empty(size, np.uint8)
-  mujoco.mj_saveModel(model, None, buffer)
-  return hashlib.sha256(buffer.tobytes() + repr(parts).encode()).hexdigest()[:16]
+  """fingerprint() of a compiled model (mjbatch_jax's model_digest: every field, not where its
+  files were loaded from) and of parts."""
+  return fingerprint(model_digest(model), *parts)
 
 
 def _plain(value: Any) -> Any:

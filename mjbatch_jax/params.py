@@ -4,6 +4,7 @@ import copy
 import dataclasses
 import hashlib
 import os
+import re
 import threading
 import weakref
 from collections.abc import Iterator, Mapping
@@ -17,16 +18,44 @@ from mjbatch_jax import _programs
 from mjbatch_jax._extension import ext
 from mjbatch_jax.layout import StateLayout
 
+# A compiled model keeps its assets' absolute file paths (and a buffer size that counts them):
+# the same robot loaded from another folder, on another host or checkout, is the same model.
+_WHERE_LOADED = re.compile(r"paths|npaths|nbuffer|.*_pathadr")
+
 
 def model_digest(model: mujoco.MjModel) -> str:
-  """sha256 of the model's mj_saveModel bytes: equal digests, equal simulations.
+  """sha256 of every field of the model (arrays, sizes, names, options) but where its asset files
+  were loaded from: equal digests, equal simulations, wherever the files are.
+
+  Raises:
+    TypeError: the model has a field of a type this MuJoCo's bindings did not have (a newer
+      MuJoCo): refused rather than left out of the digest.
 
   Example:
     mjbatch_jax.distributed.model_digest(mujoco.MjModel.from_xml_path("scene.xml"))[:12]
   """
-  buffer = np.empty(mujoco.mj_sizeModel(model), dtype=np.uint8)
-  mujoco.mj_saveModel(model, None, buffer)
-  return hashlib.sha256(buffer.tobytes()).hexdigest()
+  digest = hashlib.sha256()
+  _hash_fields(digest, model)
+  return digest.hexdigest()
+
+
+def _hash_fields(digest: Any, struct: Any, prefix: str = "") -> None:
+  """Feeds digest every public field of a MuJoCo struct (nested ones too), sorted by name."""
+  for name in sorted(dir(struct)):
+    if name.startswith("_") or _WHERE_LOADED.fullmatch(name):
+      continue
+    value, key = getattr(struct, name), prefix + name
+    if isinstance(value, np.ndarray):
+      digest.update(f"{key} {value.dtype.str} {value.shape}\n".encode())
+      digest.update(np.ascontiguousarray(value).tobytes())
+    elif isinstance(value, bytes):
+      digest.update(f"{key} bytes {len(value)}\n".encode() + value)
+    elif isinstance(value, bool | int | float | str):
+      digest.update(f"{key} {value!r}\n".encode())
+    elif type(value).__module__.startswith("mujoco") and not callable(value):
+      _hash_fields(digest, value, key + ".")  # opt, vis, stat and vis's groups
+    elif not callable(value):
+      raise TypeError(f"model_digest cannot hash the model's {key} ({type(value).__name__})")
 
 
 class EngineHandle:

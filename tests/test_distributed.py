@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import jax
+import mujoco
 import numpy as np
 import pytest
 
@@ -79,6 +80,36 @@ def test_setup_alone_is_the_plain_functions(cartpole):
     assert dist.local(dist.replicate(np.float64(2.5))) == 2.5
     assert np.array_equal(dist.local(dist.replicate(np.eye(3))), np.eye(3))
     assert dist.records[0]["model"] == distributed.model_digest(cartpole)
+
+
+def test_model_digest_is_the_models_fields_wherever_its_files_are(tmp_path: Path):
+  """Hosts (or checkouts) that keep the same robot in other folders hold the same model: the
+  digest leaves out the assets' paths, which a compiled model keeps; a renamed body, a changed
+  mass or a changed mesh file is another model. A field of an unknown type is refused."""
+  scene = """<mujoco><asset><mesh file="wedge.obj"/></asset><worldbody><body name="{}">
+    <freejoint/><geom type="mesh" mesh="wedge"/></body></worldbody></mujoco>"""
+  wedge = "v 0 0 0\nv 1 0 0\nv 0 1 0\nv 0 0 {}\nf 1 3 2\nf 1 2 4\nf 1 4 3\nf 2 3 4\n"
+  models = []
+  for folder, body, tip in (("here", "box", 1), ("there/deeper", "box", 1), ("renamed", "crate", 1),
+                            ("taller", "box", 2)):
+    (tmp_path / folder).mkdir(parents=True)
+    (tmp_path / folder / "wedge.obj").write_text(wedge.format(tip))
+    (tmp_path / folder / "scene.xml").write_text(scene.format(body))
+    models.append(mujoco.MjModel.from_xml_path(str(tmp_path / folder / "scene.xml")))
+  here, there, renamed, taller = models
+  assert here.paths != there.paths  # what the digest must not see
+  digest = distributed.model_digest(here)
+  assert distributed.model_digest(there) == digest and len(digest) == 64
+  assert distributed.model_digest(renamed) != digest and distributed.model_digest(taller) != digest
+  there.body_mass[1] *= 2
+  assert distributed.model_digest(there) != digest
+
+  class Newer:  # a model of a MuJoCo whose bindings have a field of another kind
+    nq = 7
+    layers = [1, 2]
+
+  with pytest.raises(TypeError, match="cannot hash the model's layers"):
+    distributed.model_digest(Newer())  # pyright: ignore[reportArgumentType]
 
 
 def test_local_gives_rows_or_refuses_another_split():

@@ -400,6 +400,26 @@ def test_fingerprint_follows_the_model(cartpole):
   assert common.model_fingerprint(cartpole, 1) != first
 
 
+def test_fingerprint_ignores_where_the_files_are(tmp_path):
+  # A checkout elsewhere loads the same robot from another folder: its results must still play.
+  scene = """<mujoco><asset><mesh file="wedge.obj"/></asset><worldbody><body name="{}">
+    <freejoint/><geom type="mesh" mesh="wedge"/></body></worldbody></mujoco>"""
+  wedge = "v 0 0 0\nv 1 0 0\nv 0 1 0\nv 0 0 1\nf 1 3 2\nf 1 2 4\nf 1 4 3\nf 2 3 4\n"
+  models = []
+  for folder, body in ((tmp_path / "here", "box"), (tmp_path / "there" / "deeper", "box"),
+                       (tmp_path / "renamed", "crate")):
+    folder.mkdir(parents=True)
+    (folder / "wedge.obj").write_text(wedge)
+    (folder / "scene.xml").write_text(scene.format(body))
+    models.append(mujoco.MjModel.from_xml_path(str(folder / "scene.xml")))
+  here, there, renamed = models
+  assert here.paths != there.paths  # what the fingerprint must not see
+  assert common.model_fingerprint(here, 1) == common.model_fingerprint(there, 1)
+  assert common.model_fingerprint(renamed, 1) != common.model_fingerprint(here, 1)
+  there.body_mass[1] *= 2
+  assert common.model_fingerprint(there, 1) != common.model_fingerprint(here, 1)
+
+
 # -- progress --------------------------------------------------------------------------------------
 
 

@@ -43,12 +43,12 @@ def setup(
   """This process's share of num_sims_global simulations over every process's CPU devices.
 
   Starts JAX's distributed runtime if needed (`initialize`), makes this process's Simulator,
-  then checks, with one allgather, that every process has the same model (sha256 of its
-  mj_saveModel bytes), mjbatch_jax, MuJoCo, jax and jaxlib versions, jax_enable_x64, batch,
-  fields and keyframe, and the same engine id, which compiled programs carry: the first
-  Simulator of a model in a process gets the same id in every process that makes its Simulators
-  in the same order. A difference raises DistributedError in every process, naming them.
-  Without other processes it is the same on this process's devices alone.
+  then checks, with one allgather, that every process has the same model (model_digest: its
+  fields, wherever its files are), mjbatch_jax, MuJoCo, jax and jaxlib versions,
+  jax_enable_x64, batch, fields and keyframe, and the same engine id, which compiled programs
+  carry: the first Simulator of a model in a process gets the same id in every process that
+  makes its Simulators in the same order. A difference raises DistributedError in every
+  process, naming them. Without other processes it is the same on this process's devices alone.
 
   Args:
     model: the model; the same in every process.
@@ -224,7 +224,7 @@ def _check_records(records: list[dict[str, Any]], error: BaseException | None) -
   what = {
     "versions": "versions", "x64": "jax_enable_x64", "num_sims": "num_sims_global",
     "axis": "axis", "mesh": "mesh (devices)", "settings": "fields, shared, select or keyframe",
-    "model": "model (sha256 of its mj_saveModel bytes)",
+    "model": "model (sha256 of its fields)",
   }
   problems = []
   for key, label in what.items():
