@@ -106,7 +106,7 @@ class Config:
   push_robots: int = 12
   push_check_robots: int = 32
   push_short_weight: float = 4.0
-  push_turn: float = 6.05
+  push_turn: float = 6.15
   push_spread: float = 0.1
   span: int = 32  # knots after a choice within which each robot must touch down
   tuck_holds: int = 5
