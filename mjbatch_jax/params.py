@@ -28,12 +28,15 @@ def model_digest(model: mujoco.MjModel) -> str:
   were loaded from: equal digests, equal simulations, wherever the files are.
 
   Raises:
+    ValueError: model is not a mujoco.MjModel (the walk over fields would hash any object).
     TypeError: the model has a field of a type this MuJoCo's bindings did not have (a newer
       MuJoCo): refused rather than left out of the digest.
 
   Example:
     mjbatch_jax.distributed.model_digest(mujoco.MjModel.from_xml_path("scene.xml"))[:12]
   """
+  if not isinstance(model, mujoco.MjModel):
+    raise ValueError(f"model must be a mujoco.MjModel, got {type(model).__name__}")
   digest = hashlib.sha256()
   _hash_fields(digest, model)
   return digest.hexdigest()

@@ -5,6 +5,7 @@ under time limits (the launcher's --timeout and subprocess's), so that nothing h
 a persistent compilation cache, so that a program compiles once per session.
 """
 
+import hashlib
 import json
 import os
 import signal
@@ -21,7 +22,7 @@ import numpy as np
 import pytest
 
 import mjbatch_jax
-from mjbatch_jax import distributed, launch
+from mjbatch_jax import distributed, launch, params
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLE = ROOT / "examples" / "pg_distributed.py"
@@ -85,7 +86,8 @@ def test_setup_alone_is_the_plain_functions(cartpole):
 def test_model_digest_is_the_models_fields_wherever_its_files_are(tmp_path: Path):
   """Hosts (or checkouts) that keep the same robot in other folders hold the same model: the
   digest leaves out the assets' paths, which a compiled model keeps; a renamed body, a changed
-  mass or a changed mesh file is another model. A field of an unknown type is refused."""
+  mass or a changed mesh file is another model. A field of an unknown type, or no model, is
+  refused."""
   scene = """<mujoco><asset><mesh file="wedge.obj"/></asset><worldbody><body name="{}">
     <freejoint/><geom type="mesh" mesh="wedge"/></body></worldbody></mujoco>"""
   wedge = "v 0 0 0\nv 1 0 0\nv 0 1 0\nv 0 0 {}\nf 1 3 2\nf 1 2 4\nf 1 4 3\nf 2 3 4\n"
@@ -109,7 +111,10 @@ def test_model_digest_is_the_models_fields_wherever_its_files_are(tmp_path: Path
     layers = [1, 2]
 
   with pytest.raises(TypeError, match="cannot hash the model's layers"):
-    distributed.model_digest(Newer())  # pyright: ignore[reportArgumentType]
+    params._hash_fields(hashlib.sha256(), Newer())
+  for wrong in (None, "scene.xml", Newer(), mujoco.MjData(here)):
+    with pytest.raises(ValueError, match="model must be a mujoco.MjModel, got"):
+      distributed.model_digest(wrong)  # pyright: ignore[reportArgumentType]
 
 
 def test_local_gives_rows_or_refuses_another_split():

@@ -458,6 +458,15 @@ REFUSED = [
    r"floor must hold contact counts \(whole numbers >= 0\), got -1.0 at index \(0, 0\)"),
   ("landing floor fractional counts", "land(floor=floor * 0.5)",
    r"floor must hold contact counts \(whole numbers >= 0\), got 0.5 at index \(0, 0\)"),
+  # Feasibility.summary's count of actuators.
+  ("feasibility summary top 0", "feasible().summary(0)", r"top must be an int >= 1, got 0"),
+  ("feasibility summary top negative", "feasible().summary(-2)", r"top must be an int >= 1"),
+  ("feasibility summary top float", "feasible().summary(1.5)", r"top must be an int >= 1"),
+  ("feasibility summary top NaN", "feasible().summary(math.nan)", r"top must be an int >= 1"),
+  ("feasibility summary top string", "feasible().summary('6')", r"top must be an int >= 1"),
+  ("feasibility summary top bool", "feasible().summary(True)", r"top must be an int >= 1"),
+  ("feasibility summary top an array", "feasible().summary(np.ones(2, int))",
+   r"top must be an int >= 1"),
   # first_touchdown: the same counts for many runs, traced or not.
   ("touchdown floor 1-D", "motion.first_touchdown(floor[:, 0], 1)",
    r"floor must have shape \(\.\.\., any, any\), got \(12,\)"),
@@ -934,6 +943,20 @@ HOLDS = [
     assert away.touchdown == 5 and not away.landed and away.flight_s == 0.25
     done = land()
     assert done.landed and done.takeoff == 3 and done.touchdown == 8, done
+    """)),
+  ("feasibility summary and record name every actuator, from threads too", textwrap.dedent("""
+    import json
+    result = feasible()
+    names = [f"#{i}" for i in range(biped.nu)]  # the biped's servos have no names
+    assert list(result.actuators) == names and all(not biped.actuator(i).name for i in range(2))
+    assert result.summary(np.int64(1)).count(",") == 0
+    assert result.summary(100).count(",") == biped.nu - 1  # top beyond nu: every actuator
+    record = json.loads(json.dumps(result.record()))
+    assert list(record["torque_ratio"]) == names and record["feasible"] == result.ok
+    lines = []
+    workers = [threading.Thread(target=lambda: lines.append(result.summary())) for _ in range(4)]
+    [w.start() for w in workers]; [w.join() for w in workers]
+    assert len(set(lines)) == 1 and len(lines) == 4
     """)),
   ("quintic holds its ends and takes numpy scalars", textwrap.dedent("""
     out = motion.quintic(np.float32(0), 0, 0, 1, 0, 0, np.float64(2.0), np.array([-1.0, 5.0]))
