@@ -307,7 +307,9 @@ def solve(args, version: str) -> dict:
 
 
 def play(args, version: str) -> dict:
-  saved, meta = common.load_result(args.out, "arm_throw", version, ("design", "hand_design"))
+  saved, meta = common.load_result(args.out, "arm_throw", version, {
+    "design": (DIM,), "hand_design": (DIM,), "best_per_iteration": ("I",),
+    "mean_per_iteration": ("I",)})
   thrower = Thrower(args.threads)
   designs = np.stack([saved["hand_design"], saved["design"]])
   throw, steps, flight = (np.asarray(a) for a in thrower.flights(jnp.asarray(designs)))

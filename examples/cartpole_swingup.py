@@ -48,7 +48,8 @@ def main(argv=None) -> dict:
     lay = sim.layout
     start = sim.init_state(1)[0].at[lay.qpos].set(jnp.array([0.0, jnp.pi, 0.0]))  # hanging
     if args.play:
-      saved, summary = common.load_result(args.out, "cartpole_swingup", version, ("ctrl", "states"))
+      saved, summary = common.load_result(args.out, "cartpole_swingup", version, {
+        "ctrl": (KNOTS, model.nu), "states": (KNOTS + 1, lay.size)})
       rows = common.replay(sim.params(1), start, saved["ctrl"], SUBSTEPS)
       print(f"replay differs from the saved plan by {np.abs(rows - saved['states']).max():.1e}")
       t = SUBSTEPS * model.opt.timestep * np.arange(len(rows))

@@ -402,7 +402,7 @@ def config_meta(config: Any) -> dict[str, Any]:
 
 
 def load_result(path: Path, kind: str, version: str | None = None,
-                keys: Sequence[str] = (), config: Any = None
+                keys: Sequence[str] | dict[str, tuple] = (), config: Any = None
                 ) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
   """(arrays, meta) of a result saved by save_result; SystemExit saying why it cannot be used.
 
@@ -410,7 +410,7 @@ def load_result(path: Path, kind: str, version: str | None = None,
     path: the .npz file.
     kind: the example that must have saved it.
     version: if given, the fingerprint it must have been saved with (model and constants).
-    keys: arrays it must hold.
+    keys: arrays it must hold; a dict also gives each one's shape, as check_arrays takes it.
     config: if given, the config dataclass whose config_meta the result's meta must hold; the
       refusal names the fields that differ.
   """
@@ -442,7 +442,57 @@ def load_result(path: Path, kind: str, version: str | None = None,
   missing = [key for key in ([keys] if isinstance(keys, str) else keys) if key not in arrays]
   if missing:
     raise SystemExit(f"{path} lacks {missing}: it was saved by an older {kind}; solve again")
+  if isinstance(keys, dict):
+    check_arrays(path, arrays, keys)
   return arrays, meta
+
+
+_SIZE = re.compile(r"([A-Za-z_]\w*)(?:\+(\d+))?")
+
+
+def _size_name(want: str) -> tuple[str, int]:
+  match = _SIZE.fullmatch(want)
+  if match is None:
+    raise ValueError(f"check_arrays: a size's name must be a name or name+k, got {want!r}")
+  return match[1], int(match[2] or 0)
+
+
+def check_arrays(path: Path, arrays: dict[str, np.ndarray], shapes: dict[str, tuple]) -> None:
+  """SystemExit unless each array named in shapes is finite real numbers of its shape.
+
+  The version a result is loaded with says which code and model saved it, not that its arrays
+  are whole: a file edited or written by another program would fail late, deep in a replay, or
+  replay into a silent wrong answer (a NaN control). A shape's entries: an int (that size), None
+  (any), or a name (a size >= 1, the same wherever the name appears; "T+1" is one more):
+
+    check_arrays(path, arrays, {"ctrl": ("T", nu), "states": ("T+1", nstate)})
+  """
+  sizes: dict[str, tuple[int, str]] = {}  # name -> (its size, the array it was read from)
+  for key, shape in shapes.items():
+    if key not in arrays:
+      raise SystemExit(f"{path} lacks {key!r}: solve again")
+    array, what = arrays[key], f"{path}: its {key!r}"
+    if array.dtype.kind not in "biuf":
+      raise SystemExit(f"{what} holds {array.dtype}, not real numbers; solve again")
+    fits = array.ndim == len(shape)
+    for size, want in zip(array.shape, shape, strict=False):
+      if isinstance(want, str):
+        name, plus = _size_name(want)
+        if name not in sizes and size - plus >= 1:
+          sizes[name] = (size - plus, key)
+        want = sizes[name][0] + plus if name in sizes else None
+        fits = fits and name in sizes
+      fits = fits and want in (None, size)
+    if not fits:
+      named = [f"{name} = {sizes[name][0]} (from {sizes[name][1]!r})" for name in
+               dict.fromkeys(_size_name(w)[0] for w in shape if isinstance(w, str))
+               if name in sizes]
+      raise SystemExit(f"{what} has shape {array.shape}, expected "
+                       f"({', '.join('any' if w is None else str(w) for w in shape)}"
+                       f"{',' if len(shape) == 1 else ''})"
+                       f"{' where ' + ', '.join(named) if named else ''}; solve again")
+    if array.dtype.kind == "f" and not np.isfinite(array).all():
+      raise SystemExit(f"{what} holds NaN or infinity; solve again")
 
 
 def _strict(value: Any) -> Any:
@@ -936,7 +986,8 @@ def play_run(args: argparse.Namespace, kind: str, model: mujoco.MjModel, sim: An
   """Replays a run saved by save_run from start: the gap to the saved states, a plot of each
   series (a function of state rows) and of the controls, a GIF of every `every`-th state;
   returns its summary."""
-  saved, summary = load_result(args.out, kind, model_fingerprint(model), ("states",))
+  saved, summary = load_result(args.out, kind, model_fingerprint(model),
+                               {"states": ("T+1", sim.layout.size)})
   layout = sim.layout
   rows = replay(sim.params(1), start, saved["states"][1:, layout.ctrl], nstep)
   print(f"replay differs from the saved run by {np.abs(rows - saved['states']).max():.1e}")

@@ -672,8 +672,10 @@ def main(argv: list[str] | None = None) -> dict:
     # One seed for all purposes: their names keep their robots apart.
     ensemble = common.g1_robots(sim, dict.fromkeys(PURPOSES, args.seed))
     if args.play:
-      plan, meta = common.load_result(args.out, KIND, version=version, config=cfg, keys=(
-        "ctrl", "states", "holds", "landing_knots", "start", "ref_qpos", "ref_xpos", "ref_xquat"))
+      plan, meta = common.load_result(args.out, KIND, version=version, config=cfg, keys={
+        "ctrl": ("K", model.nu), "states": ("K+1", sim.layout.size), "start": (sim.layout.size,),
+        "holds": (cfg.tuck_holds, None, None, model.nu), "landing_knots": (3,),
+        "ref_qpos": ("K", model.nq), "ref_xpos": ("K", "B", 3), "ref_xquat": ("K", "B", 4)})
     else:
       plan, solved = solve(args, cfg, sim, ensemble, version)
       meta = solved["meta"]

@@ -181,8 +181,8 @@ def main(argv=None) -> dict:
     start = sim.init_state(1)[0].at[sim.layout.qpos].set(model.key_qpos[0])  # at rest, standing
     start = start.at[sim.layout.ctrl].set(model.key_ctrl[0])
     if args.play:
-      arrays, saved = common.load_result(args.out, "g1_jump", version, ("program", "ctrls"),
-                                         config=config)
+      arrays, saved = common.load_result(args.out, "g1_jump", version, {
+        "program": (None,), "ctrls": (None, model.nu)}, config=config)
       program, ctrls = arrays["program"], arrays["ctrls"]
       head = {key: saved[key] for key in ("solve_wall_s", "best_value")}
     else:

@@ -184,9 +184,14 @@ def solve(args) -> dict:
 
 
 def play(args) -> dict:
-  saved, _ = common.load_result(args.out, "g1_tracking", keys=("ctrl", "qpos", "costs"))
+  saved, _ = common.load_result(args.out, "g1_tracking", keys={"ctrl": ("T", None)})
+  if not 2 <= len(saved["ctrl"]) <= CLIP_FRAMES:  # the frames the plan tracks
+    raise SystemExit(f"{args.out} holds a plan of {len(saved['ctrl'])} frames, not 2 to "
+                     f"{CLIP_FRAMES}; solve again")
   model, sim, ref, start, version = setup(args, len(saved["ctrl"]))
-  common.load_result(args.out, "g1_tracking", version)  # refuses a plan of another task
+  common.load_result(args.out, "g1_tracking", version, {  # refuses a plan of another task
+    "ctrl": ("T", model.nu), "qpos": ("T+1", model.nq), "start": (sim.layout.size,),
+    "costs": ("I",)})
   result, replay = metrics(sim, ref, start, saved["ctrl"], round(FRAME_DT / model.opt.timestep))
   print_table({"open-loop replay": result})
   qpos = replay[:, sim.layout.qpos]

@@ -387,9 +387,19 @@ def solve(args: argparse.Namespace) -> dict:
 
 def play(args: argparse.Namespace) -> dict:
   """Re-simulate the held-out recordings with the saved fits; print the tables and plot."""
-  arrays, meta = common.load_result(args.out, "sysid", version=version(),
-                                    keys=("theta_true", "theta0", "seed_theta"))
-  arm, kinds = Arm(args.threads), list(meta["kinds"])
+  model, theta = mujoco.MjModel.from_xml_string(arm_xml()), (LINKS, 10)
+  arrays, meta = common.load_result(args.out, "sysid", version=version(), keys={
+    "theta_true": theta, "theta0": theta})
+  kinds = meta.get("kinds")  # the meta is no part of the version: a fit's own record
+  if (not isinstance(kinds, list) or kinds[:1] != ["seed"] or not set(kinds) <= {"seed", "rich"}
+      or any(not isinstance(meta.get(key), dict) or not names <= meta[key].keys() for key, names in
+             (("rank", set(kinds)), ("heldout", {"guess", *kinds})))):
+    raise SystemExit(f"{args.out}: its meta's kinds, ranks or held-out errors are not a fit's "
+                     f"(kinds {kinds!r}); solve again")
+  common.check_arrays(args.out, arrays, {f"{k}_{name}": shape for k in kinds for name, shape in (
+    ("theta", theta), ("singular", (None,)), ("spread", theta), ("test_ctrl", (f"N_{k}", model.nu)),
+    ("test_q", (f"N_{k}", model.nq)))})
+  arm = Arm(args.threads)
   fits: dict[str, dict[str, Any]] = {k: {"rank": meta["rank"][k], **{
     name: arrays[f"{k}_{name}"] for name in ("theta", "singular", "spread")}} for k in kinds}
   thetas = {"guess": arrays["theta0"], **{k: f["theta"] for k, f in fits.items()}}

@@ -179,6 +179,60 @@ def test_examples_refuse_another_robot_files_and_flags_up_front(tmp_path):
   assert not (tmp_path / "r").exists()  # refused before its folder was made
 
 
+# A shipped result, tampered past what its version checks: (script, result, array, how, what
+# the refusal says).
+TAMPERED = [
+  ("cartpole_swingup.py", "cartpole_swingup", "ctrl", "rows", "shape (99, 1), expected (100, 1)"),
+  ("cartpole_swingup.py", "cartpole_swingup", "states", "nan", "'states' holds NaN or infinity"),
+  ("cartpole_mpc.py", "cartpole_mpc", "states", "columns", "expected (T+1, 28)"),
+  ("go1_getup.py", "go1_getup", "states", "one row", "expected (T+1, 170)"),
+  ("arm_throw.py", "arm_throw", "design", "columns", "has shape (11,), expected (12,)"),
+  ("arm_throw.py", "arm_throw", "mean_per_iteration", "drop", "lacks ['mean_per_iteration']"),
+  ("sysid.py", "sysid", "rich_test_q", "rows", "expected (N_rich, 7) where N_rich = 1000"),
+  ("sysid.py", "sysid", "seed_theta", "text", "'seed_theta' holds <U3, not real numbers"),
+  ("g1_jump.py", "g1_jump", "ctrls", "columns", "expected (any, 29)"),
+  ("g1_tracking.py", "g1_tracking", "ctrl", "long", "a plan of 5000 frames, not 2 to"),
+  ("g1_tracking.py", "g1_tracking", "qpos", "rows", "expected (T+1, 36) where T = 200"),
+  ("g1_backflip.py", "g1_backflip", "holds", "columns", "expected (5, any, any, 29)"),
+  ("g1_backflip.py", "g1_backflip", "landing_knots", "nan", "'landing_knots' holds NaN"),
+]
+
+
+@pytest.mark.parametrize("script,name,key,how,message", TAMPERED,
+                         ids=[f"{t[1]}-{t[2]}-{t[3]}" for t in TAMPERED])
+def test_play_refuses_a_tampered_result_before_replaying(tmp_path, script, name, key, how,
+                                                         message):
+  """The version says which code and model saved a result, not that its arrays are whole: a
+  file edited by hand or by another program is refused naming the array, never a traceback
+  from deep in a replay nor a replay of NaN."""
+  from mjbatch_jax import archive
+  from tests.models import G1, GO1, MODELS_MISSING
+
+  if name.startswith(("g1", "go1")) and not (G1.exists() and GO1.exists()):
+    pytest.skip(MODELS_MISSING)
+  arrays, header = archive.read(EXAMPLES / "results" / f"{name}.npz")
+  array = arrays[key]
+  if how == "rows":
+    arrays[key] = array[1:]
+  elif how == "columns":
+    arrays[key] = array[..., 1:]
+  elif how == "one row":
+    arrays[key] = array[:1]
+  elif how == "long":
+    arrays[key] = np.zeros((5000, *array.shape[1:]))
+  elif how == "nan":
+    arrays[key] = np.where(np.arange(array.size).reshape(array.shape) == 1, np.nan, array)
+  elif how == "text":
+    arrays[key] = np.full(array.shape, "abc")
+  else:
+    del arrays[key]
+  tampered = tmp_path / f"{name}.npz"
+  archive.write(tampered, arrays, header)
+  code, err = _refusal(script, "--play", "--out", str(tampered))
+  assert code == 1 and message in err and "solve again" in err, err
+  assert not list(tmp_path.glob(f"{name}.*[!z]")), "refused before a plot or video was written"
+
+
 @pytest.mark.slow
 def test_arm_throw(tmp_path):
   # A reduced size: 4 searches of 16 candidates x 4 CEM iterations (the full run: 4 x 256 x 60).

@@ -45,6 +45,46 @@ def test_result_round_trip_and_refusals(tmp_path):
     common.load_result(tmp_path / "bad.npz", "task")
 
 
+def test_check_arrays_sizes_names_dtypes_and_finiteness():
+  path = Path("r.npz")
+  arrays = {"ctrl": np.zeros((5, 2)), "states": np.zeros((6, 4)), "knots": np.arange(3),
+            "flags": np.ones(2, bool)}
+  common.check_arrays(path, arrays, {"ctrl": ("T", 2), "states": ("T+1", None),
+                                     "knots": (3,), "flags": ("F",)})
+  refused = {
+    "r.npz: its 'ctrl' has shape (5, 2), expected (T, 3) where T = 5 (from 'ctrl')":
+      {"ctrl": ("T", 3)},
+    "its 'states' has shape (6, 4), expected (T, any) where T = 5 (from 'ctrl')":
+      {"ctrl": ("T", 2), "states": ("T", None)},
+    "its 'states' has shape (6, 4), expected (T+6, 4);": {"states": ("T+6", 4)},  # T >= 1
+    "its 'knots' has shape (3,), expected (3, 1)": {"knots": (3, 1)},
+    "its 'ctrl' has shape (5, 2), expected (any,)": {"ctrl": (None,)},
+    "r.npz lacks 'gains'": {"gains": (1,)}}
+  for message, shapes in refused.items():
+    with pytest.raises(SystemExit, match=re.escape(message)):
+      common.check_arrays(path, arrays, shapes)
+  for bad, message in ((np.array(["a"]), "holds <U1, not real numbers"),
+                       (np.array([1 + 1j]), "holds complex128, not real numbers"),
+                       (np.array([0.0, np.inf]), "holds NaN or infinity"),
+                       (np.array([np.nan]), "holds NaN or infinity")):
+    with pytest.raises(SystemExit, match=re.escape(f"its 'x' {message}; solve again")):
+      common.check_arrays(path, {"x": bad}, {"x": (None,)})
+  with pytest.raises(ValueError, match="a name or name\\+k"):  # the caller's mistake
+    common.check_arrays(path, arrays, {"ctrl": ("T-1", 2)})
+
+
+def test_load_result_checks_the_shapes_a_dict_of_keys_gives(tmp_path):
+  path = tmp_path / "x.npz"
+  common.save_result(path, "task", {"ctrl": np.zeros((3, 2)), "states": np.zeros((3, 5))}, {})
+  arrays, _ = common.load_result(path, "task", keys={"ctrl": ("T", 2)})
+  assert arrays["ctrl"].shape == (3, 2)
+  with pytest.raises(SystemExit, match=re.escape("its 'states' has shape (3, 5), expected (T+1, "
+                                                 "5) where T = 3 (from 'ctrl'); solve again")):
+    common.load_result(path, "task", keys={"ctrl": ("T", 2), "states": ("T+1", 5)})
+  with pytest.raises(SystemExit, match=re.escape("lacks ['gains']")):  # names first, as before
+    common.load_result(path, "task", keys={"gains": (1,)})
+
+
 def test_a_result_of_another_config_is_refused_naming_the_fields(tmp_path):
   import dataclasses
 
