@@ -372,32 +372,17 @@ def model_fingerprint(model: mujoco.MjModel, *parts: Any) -> str:
   return fingerprint(model_digest(model), *parts)
 
 
-def _plain(value: Any) -> Any:
-  """JSON-ready: numpy and JAX scalars and arrays become numbers and lists."""
-  if dataclasses.is_dataclass(value) and not isinstance(value, type):
-    return _plain(dataclasses.asdict(value))
-  if isinstance(value, dict):
-    return {str(k): _plain(v) for k, v in value.items()}
-  if isinstance(value, list | tuple):
-    return [_plain(v) for v in value]
-  if isinstance(value, Path):
-    return str(value)
-  if isinstance(value, np.ndarray | jax.Array | np.generic):
-    return np.asarray(value).tolist()
-  return value
-
-
 def save_result(path: Path, kind: str, arrays: dict[str, Any], meta: dict[str, Any] | None = None,
                 version: str = "") -> Path:
   """Write arrays and JSON metadata to path (.npz) atomically: never a half-written file."""
-  header = {"kind": kind, "version": version, "meta": _plain(meta or {})}
+  header = {"kind": kind, "version": version, "meta": archive.plain(meta or {})}
   return archive.write(path, arrays, header, compress=True)
 
 
 def config_meta(config: Any) -> dict[str, Any]:
   """A frozen config dataclass as a result's meta records it: its fields as JSON keeps them
   (tuples as lists) under "config", and their fingerprint under "config_fingerprint"."""
-  record = json.loads(json.dumps(_plain(dataclasses.asdict(config))))
+  record = json.loads(json.dumps(archive.plain(dataclasses.asdict(config))))
   return {"config": record, "config_fingerprint": fingerprint(record)}
 
 
@@ -496,8 +481,9 @@ def check_arrays(path: Path, arrays: dict[str, np.ndarray], shapes: dict[str, tu
 
 
 def _strict(value: Any) -> Any:
-  """_plain(value) with every non-finite float (inf, -inf, nan) made None: JSON's null, where
-  Python would write Infinity or NaN, which strict JSON parsers (JavaScript's, jq) refuse."""
+  """A plain value (archive.plain's) with every non-finite float (inf, -inf, nan) made None:
+  JSON's null, where Python would write Infinity or NaN, which strict JSON parsers (JavaScript's,
+  jq) refuse."""
   if isinstance(value, dict):
     return {k: _strict(v) for k, v in value.items()}
   if isinstance(value, list):
@@ -510,7 +496,7 @@ def _strict(value: Any) -> Any:
 def _json(value: Any, indent: int | None = None) -> str:
   """value as strict JSON (see _strict); allow_nan=False: a float that slipped through fails
   here rather than in the reader."""
-  return json.dumps(_strict(_plain(value)), indent=indent, allow_nan=False)
+  return json.dumps(_strict(archive.plain(value)), indent=indent, allow_nan=False)
 
 
 def write_json(path: Path, value: Any) -> Path:

@@ -9,11 +9,12 @@ the file and what is wrong with it, whatever numpy, zipfile or json raised under
 """
 
 import contextlib
+import dataclasses
 import json
 import os
 import tempfile
-from collections.abc import Mapping
-from pathlib import Path
+from collections.abc import Mapping, Sequence
+from pathlib import Path, PurePath
 from typing import Any
 
 import numpy as np
@@ -191,13 +192,28 @@ def _path(path: Any, what: str = "path") -> Path:
 
 
 def plain(value: Any) -> Any:
-  """value with mappings and sequences made JSON's dicts and lists, numpy scalars numbers."""
+  """value as JSON holds it: mappings dicts with text keys, sequences lists, numpy's and JAX's
+  arrays and scalars numbers (arrays nested lists, every element shown: numpy's repr elides a
+  long array's middle), a dataclass instance its fields' dict, a path its text.
+
+  One converter for every header, record and setting compared across processes, so that
+  (0, 1) and [0, 1], or 0 and np.int64(0), are the same everywhere:
+
+    plain({"gains": (np.float64(2.0), 1), "path": Path("a.npz")})  # {"gains": [2.0, 1], ...}
+  """
+  if isinstance(value, str | bytes | bool) or value is None:
+    return value
+  if dataclasses.is_dataclass(value) and not isinstance(value, type):
+    return plain(dataclasses.asdict(value))
   if isinstance(value, Mapping):
     return {str(k): plain(v) for k, v in value.items()}
-  if isinstance(value, (list, tuple)):
+  if isinstance(value, np.ndarray | np.generic) or (hasattr(value, "__array__")
+                                                     and hasattr(value, "shape")):  # JAX's
+    return np.asarray(value).tolist()
+  if isinstance(value, Sequence):
     return [plain(v) for v in value]
-  if isinstance(value, np.generic):
-    return value.item()
+  if isinstance(value, PurePath):
+    return str(value)
   return value
 
 

@@ -184,3 +184,27 @@ def test_check_writable_removes_the_folders_it_made_when_it_refuses(tmp_path):
   with pytest.raises(ValueError, match="cannot be written"):
     archive.check_writable(kept / long)
   assert sorted(p.name for p in tmp_path.rglob("*")) == ["kept", "other"]
+
+
+def test_plain_is_what_json_holds_the_same_for_equal_settings():
+  import dataclasses
+  from pathlib import Path
+
+  import jax.numpy as jnp
+
+  @dataclasses.dataclass(frozen=True)
+  class Config:
+    gains: tuple = (np.float64(2.0), 1)
+    where: Path = Path("results/a.npz")
+
+  assert archive.plain({"config": Config(), 3: np.int64(4), "ok": np.bool_(True)}) == {
+    "config": {"gains": [2.0, 1], "where": "results/a.npz"}, "3": 4, "ok": True}
+  assert archive.plain((0, 1)) == archive.plain([0, 1]) == archive.plain(np.arange(2)) == [0, 1]
+  assert archive.plain(jnp.arange(3.0)) == [0.0, 1.0, 2.0]
+  # Every element of a long array, where numpy's repr elides the middle: two selections that
+  # differ there are two settings.
+  long = np.arange(5000)
+  assert repr(archive.plain(long)) != repr(archive.plain(np.where(long == 2500, -1, long)))
+  assert archive.plain(["text", b"raw", None, 1.5]) == ["text", b"raw", None, 1.5]
+  assert archive.plain(Config) is Config  # a class is no record
+  assert type(archive.plain(np.float32(0.5))) is float and type(archive.plain(np.int8(3))) is int

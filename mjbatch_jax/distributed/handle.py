@@ -17,6 +17,7 @@ import numpy as np
 from jax.experimental import multihost_utils
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
+from mjbatch_jax import archive
 from mjbatch_jax._extension import ext
 from mjbatch_jax.distributed.bootstrap import initialize
 from mjbatch_jax.distributed.errors import DistributedError
@@ -156,26 +157,12 @@ def versions() -> dict[str, str]:
   }
 
 
-def _plain(value: Any) -> Any:
-  """value's lists, ints and strings, for comparing settings across processes by their text:
-  numpy elides the middle of a long array's repr (two selections that differ there compared
-  equal), and (0, 1) and [0, 1], or 0 and np.int64(0), are the same setting."""
-  if isinstance(value, (str, bytes, bool)) or value is None:
-    return value
-  if isinstance(value, (np.ndarray, np.generic)):
-    return _plain(value.tolist())
-  if isinstance(value, Mapping):
-    return {str(key): _plain(item) for key, item in value.items()}
-  if isinstance(value, Sequence):
-    return [_plain(item) for item in value]
-  return value
-
-
 def _record(model: mujoco.MjModel, sim: Simulator | None, num_sims: int, axis: str, mesh: Mesh,
             fields: Sequence[str], shared: Sequence[str],
             select: Mapping[str, Sequence[int | str]] | None, keyframe: int | str | None,
             error: BaseException | None) -> dict[str, Any]:
-  settings = repr(_plain((fields, shared, dict(sorted((select or {}).items())), keyframe)))
+  # As text, numpy's repr of a long selection elides its middle: archive.plain shows it whole.
+  settings = repr(archive.plain((fields, shared, dict(sorted((select or {}).items())), keyframe)))
   devices = [(d.process_index, d.id) for d in mesh.devices.flat]
 
   def short(text: str, size: int) -> str:
