@@ -149,7 +149,13 @@ def load(path: Path, policy, opt_state, settings: dict):
 
 def train(args: argparse.Namespace) -> dict[str, np.ndarray]:
   model = mujoco.MjModel.from_xml_string(CARTPOLE_XML)
-  dist = distributed.setup(model, args.sims, num_threads=args.threads)
+  # In the block, a rank's SystemExit (a checkpoint it cannot read) stops the others at once,
+  # where they would wait for it in the next collective.
+  with distributed.setup(model, args.sims, num_threads=args.threads) as dist:
+    return train_on(args, dist)
+
+
+def train_on(args: argparse.Namespace, dist: distributed.Distributed) -> dict[str, np.ndarray]:
   me = dist.process_index
   say = print if me == 0 else (lambda *a, **k: None)
   say(f"{dist.num_sims} episodes of {args.horizon} steps per iteration over "

@@ -13,7 +13,7 @@ import jax
 import numpy as np
 
 from mjbatch_jax.distributed.errors import DEFAULT_TIMEOUT, DistributedError, PeerLostError
-from mjbatch_jax.distributed.watchdog import start_watchdog
+from mjbatch_jax.distributed.watchdog import start_watchdog, stopping_code
 from mjbatch_jax.launch import (
   ENV_COORDINATOR,
   ENV_NUM_PROCESSES,
@@ -73,8 +73,29 @@ def initialize(
                   start)
     _start_jax(kwargs, timeout, start)
   if jax.process_count() > 1:
+    _no_cached_collectives()
     start_watchdog(timeout)
   return jax.process_count() > 1
+
+
+# JAX 0.12.1 hangs a multi-process CPU program that it loaded from its persistent compilation
+# cache in its first gloo collective (a shard_map psum; jax 0.10.2 does not; 0.11 unmeasured):
+# the second run of any job with JAX_COMPILATION_CACHE_DIR set waited forever (the watchdog saw
+# both processes alive). Measured without mjbatch_jax too, so it is JAX's.
+_CACHE_HANGS_FROM = (0, 11)
+
+
+def _no_cached_collectives() -> None:
+  """Turn JAX's persistent compilation cache off where it would hang this job (see above)."""
+  version = tuple(int(part) for part in jax.__version__.split(".")[:2] if part.isdigit())
+  if (version < _CACHE_HANGS_FROM or jax.default_backend() != "cpu"
+      or not jax.config.jax_enable_compilation_cache):
+    return
+  if jax.config.jax_compilation_cache_dir:
+    print(f"mjbatch_jax.distributed: JAX's persistent compilation cache is off in this job: JAX "
+          f"{jax.__version__} hangs a multi-process CPU program it loads from there (the "
+          f"programs compile anew in every run)", file=sys.stderr, flush=True)
+  jax.config.update("jax_enable_compilation_cache", False)
 
 
 def _timeout(timeout: float | None) -> float:
@@ -108,7 +129,9 @@ def _start_timeout(timeout: float) -> float:
 
 
 def _exit_75_when_uncaught() -> None:
-  """Make an uncaught PeerLostError end the process with EXIT_PEER_LOST, after its traceback.
+  """Make an uncaught PeerLostError end the process with EXIT_PEER_LOST, after its traceback;
+  and an uncaught error while the watchdog is ending the process (a collective that failed as
+  the peer it named left) end it with the watchdog's status, quietly: its line said why.
 
   (os._exit: JAX's exit handlers would wait for the missing peer.)
   """
@@ -117,12 +140,14 @@ def _exit_75_when_uncaught() -> None:
     return
 
   def hook(kind: type[BaseException], error: BaseException, traceback: Any) -> None:
-    previous(kind, error, traceback)
-    if isinstance(error, PeerLostError):
+    code = stopping_code()
+    if code is None:
+      previous(kind, error, traceback)
+    if code is not None or isinstance(error, PeerLostError):
       for stream in (sys.stdout, sys.stderr):
         with contextlib.suppress(Exception):
           stream.flush()
-      os._exit(EXIT_PEER_LOST)
+      os._exit(EXIT_PEER_LOST if code is None else code)
 
   hook._mjbatch_jax = True  # type: ignore[attr-defined]
   sys.excepthook = hook

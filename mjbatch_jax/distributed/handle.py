@@ -21,7 +21,7 @@ from mjbatch_jax import archive
 from mjbatch_jax._extension import ext
 from mjbatch_jax.distributed.bootstrap import initialize
 from mjbatch_jax.distributed.errors import DistributedError
-from mjbatch_jax.distributed.watchdog import name_peers
+from mjbatch_jax.distributed.watchdog import name_peers, report_exit
 from mjbatch_jax.params import Params, model_digest
 from mjbatch_jax.simulator import Simulator
 
@@ -303,7 +303,9 @@ class Distributed:
   def __enter__(self) -> "Distributed":
     return self
 
-  def __exit__(self, *exc: Any) -> None:
+  def __exit__(self, kind: Any, error: BaseException | None, traceback: Any) -> None:
+    if error is not None:  # sys.exit(1) inside the block stops the others too (report_exit)
+      report_exit(error)
     self.close()
 
   # Arrays. Each process passes only its rows; JAX assembles the global array without copying

@@ -41,6 +41,8 @@ class _Watchdog:
     self.last_ok = time.monotonic()
     self.closing = False  # the interpreter is exiting
     self.failed: str | None = None  # the exception that ended this process's script
+    self.code = 1  # the status it exits with once the others have seen its failure
+    self.stop_code: int | None = None  # the status of the stop under way
     self.stopping = threading.Lock()
     self.names: dict[int, str] = {}  # process -> "host pid N", once setup has exchanged them
     self.quit = threading.Event()  # set at a clean exit: the threads leave their loops
@@ -58,15 +60,25 @@ class _Watchdog:
     where = self.names.get(process)
     return f"process {process} of {self.count}" + (f" ({where})" if where else "")
 
+  def fail(self, error: BaseException) -> None:
+    """Tells the others that this process leaves with error (the others would wait in a
+    collective for it forever); a SystemExit of status 0 is no failure."""
+    if isinstance(error, SystemExit):
+      if error.code is None or error.code == 0:
+        return
+      self.code = error.code if isinstance(error.code, int) else 1
+    text = f"{type(error).__name__}: {error}" if str(error) else type(error).__name__
+    self.failed = text.splitlines()[0][:300]
+    self._publish(f"failed: {self.failed}")
+
   def _at_exit(self) -> None:
     self.closing = True
-    # Python keeps the exception that ends a script here, before the exit handlers run.
+    # Python keeps the exception that ends a script here, before the exit handlers run; not a
+    # SystemExit, which a Distributed handle's `with` block reports (fail) instead.
     error = getattr(sys, "last_value", None)
-    if error is not None:
-      text = f"{type(error).__name__}: {error}" if str(error) else type(error).__name__
-      self.failed = text.splitlines()[0][:300]
-      # The others would wait in a collective for this process forever: tell them now.
-      self._publish(f"failed: {self.failed}")
+    if error is not None and self.failed is None:
+      self.fail(error)
+    if self.failed is not None:
       # The watchdog keeps running: it ends this process when the others have seen the failure,
       # which JAX's shutdown barrier would otherwise wait for until its own timeout.
       return
@@ -103,7 +115,7 @@ class _Watchdog:
       self._publish(f"stopped: {reason}")
     if self.failed is not None and self.closing:
       # This process failed and is leaving; JAX's shutdown would wait for peers that are gone.
-      code = 1 if reaction else EXIT_PEER_LOST
+      code = self.code if reaction else EXIT_PEER_LOST
       text = f"{self.name(self.me)} exits after its error ({self.failed}): {reason}"
     else:
       code = EXIT_PEER_LOST
@@ -113,6 +125,13 @@ class _Watchdog:
     for stream in (sys.stdout, sys.stderr):
       with contextlib.suppress(Exception):
         stream.flush()
+    self.stop_code = code
+    if self.me == 0 and self.failed is None and " failed: " in reason:
+      # The coordinator's exit aborts every other process from JAX's C++ (SIGABRT): give the one
+      # that failed the beats it takes to see this stop and exit with its own status. Meanwhile
+      # the main thread's collective may fail as it leaves: the excepthook ends this process
+      # quietly then (stopping_code), this stop's line having said why.
+      time.sleep(2 * self.interval + 0.5)
     os._exit(code)
 
   def _beat(self) -> None:
@@ -139,7 +158,9 @@ class _Watchdog:
       exited = {process for process, status in others if status == _EXITED}
       others = [(process, status) for process, status in others
                 if process != self.me and status != _EXITED]
-      if others:
+      # A process that failed but has not reached its exit (cleaning up after its `with` block)
+      # is left to finish that: it stops at its exit handlers, once the others have seen it.
+      if others and (self.failed is None or self.closing):
         # Name the root cause (a failure) rather than another process that stopped after it;
         # publish too, so that a failed process waiting in JAX's shutdown sees everyone left.
         process, status = min(others, key=lambda entry: not entry[1].startswith("failed"))
@@ -181,6 +202,21 @@ def start_watchdog(timeout: float) -> None:
     return
   _watchdog = _Watchdog(client, timeout)
   _watchdog.start()
+
+
+def stopping_code() -> int | None:
+  """The status this process's watchdog is ending it with, None if it is not ending it."""
+  return None if _watchdog is None else _watchdog.stop_code
+
+
+def report_exit(error: BaseException) -> None:
+  """A Distributed handle's `with` block ends with error: if it is a failure (any exception but
+  a SystemExit of status 0), the others learn it now and stop, naming this process. Python's
+  exit handlers see an uncaught exception but never a SystemExit (sys.exit(1), argparse's
+  refusal, a script's `raise SystemExit("...")`), after which the others would wait in a
+  collective for this process until JAX's shutdown and heartbeat timeouts."""
+  if _watchdog is not None:
+    _watchdog.fail(error)
 
 
 def name_peers(names: dict[int, str]) -> None:
