@@ -179,6 +179,16 @@ class Thrower:
     self.start = self.sim.init_state(1)[0]
     self.evaluate = jax.jit(self._evaluate, static_argnames=("set_const", "hand_release"))
 
+  def bytes_per_design(self) -> float:
+    """Memory an evaluation takes per design, from XLA's analysis of one of 256 designs (its
+    buffers grow with the designs); 0 where XLA does not say."""
+    shape = jax.ShapeDtypeStruct((256, DIM), jnp.asarray(0.0).dtype)
+    stats = self.evaluate.lower(shape).compile().memory_analysis()
+    if stats is None:
+      return 0.0
+    return (stats.temp_size_in_bytes + stats.argument_size_in_bytes
+            + stats.output_size_in_bytes) / 256
+
   def inputs(self, u, set_const: bool = True):
     """The throw rollout's rows, controls and params for designs u (N, 12)."""
     upper, gears, knots, _ = decode(u)
@@ -270,6 +280,9 @@ def describe(u: np.ndarray) -> str:
 
 def solve(args, version: str) -> dict:
   thrower = Thrower(args.threads)
+  # Every search's population is evaluated in one call: refuse sizes that cannot fit up front.
+  common.check_memory(thrower.bytes_per_design() * args.population * args.restarts,
+                      f"--population {args.population} x --restarts {args.restarts}")
   print(f"{DIM} design numbers; {args.restarts} searches of population {args.population} x "
         f"{args.iterations} iterations; {thrower.sim.num_threads} threads")
   watch = common.Stopwatch()

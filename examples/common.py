@@ -213,6 +213,30 @@ def positive_float(what: str) -> Callable[[str], float]:
   return parse
 
 
+def available_memory() -> int | None:
+  """Bytes this machine can still give a process (Linux's MemAvailable), None where unknown."""
+  try:
+    with open("/proc/meminfo") as meminfo:
+      for line in meminfo:
+        if line.startswith("MemAvailable:"):
+          return int(line.split()[1]) * 1024
+  except (OSError, ValueError, IndexError):
+    pass
+  return None
+
+
+def check_memory(need: float, what: str) -> None:
+  """SystemExit when `what` needs more bytes than the machine has available: before a run that
+  XLA would stop midway (RESOURCE_EXHAUSTED) or the kernel would end (the OOM killer).
+
+    common.check_memory(per_design * designs, f"--population {n} x --restarts {r}")
+  """
+  have = available_memory()
+  if have is not None and need > have:
+    raise SystemExit(f"{what} needs about {need / 1e9:.3g} GB at once, more than the "
+                     f"{have / 1e9:.3g} GB this machine has available: ask for fewer")
+
+
 def process_seconds() -> float:
   """Wall seconds since this process started, interpreter start-up and imports included.
 

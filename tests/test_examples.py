@@ -154,6 +154,11 @@ def test_examples_refuse_another_robot_files_and_flags_up_front(tmp_path):
   assert code == 1 and "another config: seed (saved 0, here 1)" in err
   code, err = _refusal("g1_backflip.py", "--reference", "--play")
   assert code == 2 and "leave out --play" in err
+  if common_module().available_memory() is not None:  # sizes that cannot fit: before a search
+    code, err = _refusal("arm_throw.py", "--population", "1000000", "--restarts", "1000",
+                         "--out", str(tmp_path / "throw.npz"))
+    assert code == 1 and "--population 1000000 x --restarts 1000 needs about" in err, err
+    assert "GB this machine has available: ask for fewer" in err
   # The counts: argparse types, refused as the other examples' are.
   for script, flags, message in (
       ("hello.py", ["--num-sims", "0"], "--num-sims: must be an integer in [1, 1000000] ("),

@@ -600,3 +600,15 @@ def test_progress_follows_lines_printed_from_a_jitted_loop(capsys):
   with common.Progress(5, "quiet", stream=stream, quiet=True).follow(r"iteration (\d+)") as q:
     jax.block_until_ready(loop(jnp.asarray(8.0)))
   assert q.n == 5 and capsys.readouterr().out == ""  # counted, not shown
+
+
+def test_check_memory_refuses_what_cannot_fit(monkeypatch):
+  have = common.available_memory()
+  assert have is None or have > 0
+  monkeypatch.setattr(common, "available_memory", lambda: 4 * 10**9)
+  common.check_memory(3.9e9, "--sims 10")
+  with pytest.raises(SystemExit, match=re.escape(
+      "--sims 11 needs about 4.1 GB at once, more than the 4 GB this machine has available")):
+    common.check_memory(4.1e9, "--sims 11")
+  monkeypatch.setattr(common, "available_memory", lambda: None)  # unknown: not refused
+  common.check_memory(1e30, "--sims 12")
