@@ -193,7 +193,8 @@ def _names(name: str, values: Any) -> tuple[str, ...]:
 
 
 def _metadata(value: Any) -> dict[str, Any]:
-  """value, a mapping JSON can hold, as the dict save writes (numpy scalars made numbers)."""
+  """value, a mapping JSON can hold, as the dict save writes (archive.plain's: numpy scalars
+  and arrays made numbers and lists, tuples lists)."""
   if not isinstance(value, Mapping):
     raise ValueError(f"metadata must be a mapping, got {v.shown(value)}")
   metadata = dict(archive.plain(value))
