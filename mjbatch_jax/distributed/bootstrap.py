@@ -88,10 +88,11 @@ _CACHE_HANGS_FROM = (0, 11)
 def _no_cached_collectives() -> None:
   """Turn JAX's persistent compilation cache off where it would hang this job (see above)."""
   version = tuple(int(part) for part in jax.__version__.split(".")[:2] if part.isdigit())
+  # By name: older JAX's typing does not declare these options.
   if (version < _CACHE_HANGS_FROM or jax.default_backend() != "cpu"
-      or not jax.config.jax_enable_compilation_cache):
+      or not getattr(jax.config, "jax_enable_compilation_cache", False)):
     return
-  if jax.config.jax_compilation_cache_dir:
+  if getattr(jax.config, "jax_compilation_cache_dir", None):
     print(f"mjbatch_jax.distributed: JAX's persistent compilation cache is off in this job: JAX "
           f"{jax.__version__} hangs a multi-process CPU program it loads from there (the "
           f"programs compile anew in every run)", file=sys.stderr, flush=True)
