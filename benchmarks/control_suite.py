@@ -383,31 +383,49 @@ def _floor_touches(model: mujoco.MjModel, rows: np.ndarray, geoms: Sequence[str]
   return count
 
 
-def _locomotion(height: float, speed: float, distance: float, lowest: float, tilt: float,
-                weights: tuple[float, ...] = (10.0, 3.0, 1.0, 0.1),
-                upper_body: tuple[str, ...] = ("torso", "nose", "pelvis", "thigh"),
-                cost: Callable[[mujoco.MjModel, Any], control.Cost] | None = None):
-  """A planar walker's task (dm_control's hopper, walker): keep the torso at `height` and
-  upright while moving forward at `speed` m/s, as MJPC's walker asks (height, rotation, speed,
-  control); solved: the torso `distance` m or more forward, never below `lowest` m nor tilted
-  more than `tilt` rad, and never down on its torso, hips or thighs (the geoms `upper_body`):
-  a hopper fallen onto its knee holds its torso above 0.6 m. A shin may brush the floor beside
-  its foot as a walker steps. cost: (model, layout) -> the planner's cost, in place of MJPC's
-  walker cost (height, speed and weights then unused)."""
+def _planar(model: mujoco.MjModel) -> tuple[int, int, int, float, int]:
+  """A planar walker's (dm_control's hopper, walker) qpos addresses of rootx, rootz and rooty,
+  the torso's height at rootz = 0, and the sensordata address of the centre of mass's speed
+  (not the torso's: a torso pitching forward is not walking)."""
+  ahead, up, pitch = (int(model.jnt_qposadr[_id(model, mujoco.mjtObj.mjOBJ_JOINT, n)])
+                      for n in ("rootx", "rootz", "rooty"))
+  z0 = float(model.body_pos[_id(model, mujoco.mjtObj.mjOBJ_BODY, "torso"), 2])
+  com = int(model.sensor_adr[_id(model, mujoco.mjtObj.mjOBJ_SENSOR, "torso_subtreelinvel")])
+  return ahead, up, pitch, z0, com
 
-  def setup(model, sim, period) -> Setup:
-    layout, base = sim.layout, np.asarray(sim.init_state(1)[0])
-    joint = {n: _id(model, mujoco.mjtObj.mjOBJ_JOINT, n) for n in ("rootx", "rootz", "rooty")}
-    ahead, up, pitch = (int(model.jnt_qposadr[joint[n]]) for n in ("rootx", "rootz", "rooty"))
-    # The centre of mass's speed, not the torso's: a torso pitching forward is not walking.
-    com = int(model.sensor_adr[_id(model, mujoco.mjtObj.mjOBJ_SENSOR, "torso_subtreelinvel")])
-    z0 = float(model.body_pos[_id(model, mujoco.mjtObj.mjOBJ_BODY, "torso"), 2])
-    limited = np.flatnonzero(model.jnt_limited)
-    lower, upper = model.jnt_range[limited].T
+
+def walker_cost(height: float, speed: float, weights: tuple[float, ...] = (10.0, 3.0, 1.0, 0.1)):
+  """MJPC's walker cost for a planar walker: the torso at `height` and upright, moving forward at
+  `speed` m/s, small controls (height, rotation, speed, control, weighted by `weights`)."""
+
+  def build(model: mujoco.MjModel, layout: Any) -> control.Cost:
+    _, up, pitch, z0, com = _planar(model)
 
     def residual(x, u, obs, t):
       q = x[layout.qpos]
       return jnp.stack([z0 + q[up] - height, q[pitch], obs["sensordata"][com] - speed, *u])
+
+    return control.Cost(residual, (control.Term(1, weights[0]), control.Term(1, weights[1]),
+                                   control.Term(1, weights[2]), control.Term(model.nu, weights[3])),
+                        observe=("sensordata",))
+
+  return build
+
+
+def _locomotion(distance: float, lowest: float, tilt: float,
+                cost: Callable[[mujoco.MjModel, Any], control.Cost],
+                upper_body: tuple[str, ...] = ("torso", "nose", "pelvis", "thigh")):
+  """A planar walker's task (dm_control's hopper, walker), planned with cost ((model, layout) ->
+  the planner's control.Cost); solved: the torso `distance` m or more forward, never below
+  `lowest` m nor tilted more than `tilt` rad, and never down on its torso, hips or thighs (the
+  geoms `upper_body`): a hopper fallen onto its knee holds its torso above 0.6 m. A shin may
+  brush the floor beside its foot as a walker steps."""
+
+  def setup(model, sim, period) -> Setup:
+    layout, base = sim.layout, np.asarray(sim.init_state(1)[0])
+    ahead, up, pitch, z0, _ = _planar(model)
+    limited = np.flatnonzero(model.jnt_limited)
+    lower, upper = model.jnt_range[limited].T
 
     def start(rng):
       row = np.array(base)
@@ -427,11 +445,7 @@ def _locomotion(height: float, speed: float, distance: float, lowest: float, til
       return ok, {"moved": moved, "lowest_torso": low, "worst_tilt": worst_tilt,
                   "steps_upper_body_down": down}
 
-    planned = control.Cost(residual, (control.Term(1, weights[0]), control.Term(1, weights[1]),
-                                      control.Term(1, weights[2]),
-                                      control.Term(model.nu, weights[3])),
-                           observe=("sensordata",)) if cost is None else cost(model, layout)
-    return Setup(planned, start, solved)
+    return Setup(cost(model, layout), start, solved)
 
   return setup
 
@@ -448,25 +462,22 @@ def hopper_cost(pace: float, height: float, horizon: int, lead: float = 0.3,
   capture term is what keeps a sampled plan from ending in a fall the horizon cannot see."""
 
   def build(model: mujoco.MjModel, layout: Any) -> control.Cost:
+    _, up, pitch, z0, com_speed = _planar(model)
     joint = {n: int(model.jnt_qposadr[_id(model, mujoco.mjtObj.mjOBJ_JOINT, n)])
-             for n in ("rootz", "rooty", "waist", "hip", "knee", "ankle")}
+             for n in ("waist", "hip", "knee", "ankle")}
     torso = _id(model, mujoco.mjtObj.mjOBJ_BODY, "torso")
     foot = _id(model, mujoco.mjtObj.mjOBJ_GEOM, "foot")
-    com_speed = int(model.sensor_adr[_id(model, mujoco.mjtObj.mjOBJ_SENSOR,
-                                         "torso_subtreelinvel")])
-    z0 = float(model.body_pos[torso, 2])
     data = mujoco.MjData(model)
     mujoco.mj_kinematics(model, data)
     foot0 = float(data.geom_xpos[foot, 0])
-    angles = [joint[n] for n in ("rooty", "waist", "hip", "knee", "ankle")]  # the foot's pitch
+    angles = jnp.array([pitch, *joint.values()])  # their sum is the foot's pitch
 
     def residual(x, u, obs, t):
       q = x[layout.qpos]
       foot_x, speed = obs["geom_xpos"][foot, 0], obs["sensordata"][com_speed]
-      torso_z = z0 + q[joint["rootz"]]
+      torso_z = z0 + q[up]
       return jnp.stack([foot_x - foot0 - pace * x[layout.time][0], torso_z - height,
-                        q[joint["rooty"]], q[jnp.array(angles)].sum(),
-                        jnp.maximum(q[joint["knee"]] - knee, 0.0),
+                        q[pitch], q[angles].sum(), jnp.maximum(q[joint["knee"]] - knee, 0.0),
                         obs["subtree_com"][torso, 0] + lead * speed - foot_x, speed - pace,
                         torso_z - height, *u])
 
@@ -504,12 +515,12 @@ TASKS = [
        control_s=0.06, seconds=20.0, camera=-1, track="head", build=swimmer_links),
   # Replanned at the physics rate: between plans 0.02 s apart the hopper falls (docs/control.md).
   Task("hopper_hop", "hopper",
-       _locomotion(1.0, 0.4, 1.0, 0.6, 0.8,
-                   cost=hopper_cost(0.35, 0.93, round(HOPPER_HORIZON_S / HOPPER_CONTROL_S))),
+       _locomotion(1.0, 0.6, 0.8, hopper_cost(0.35, 0.93,
+                                              round(HOPPER_HORIZON_S / HOPPER_CONTROL_S))),
        "predictive", control.PredictiveSettings(num_samples=64, num_knots=HOPPER_KNOTS, noise=0.4,
                                                 iterations=3, noise_decay=0.5),
        horizon_s=HOPPER_HORIZON_S, control_s=HOPPER_CONTROL_S, seconds=5.0, camera="cam0"),
-  Task("walker_walk", "walker", _locomotion(1.2, 1.2, 3.5, 0.9, 1.0,
+  Task("walker_walk", "walker", _locomotion(3.5, 0.9, 1.0, walker_cost(1.2, 1.2),
                                             upper_body=("torso", "right_thigh", "left_thigh")),
        "predictive",
        control.PredictiveSettings(num_samples=32, num_knots=3, noise=0.5), horizon_s=0.8,
