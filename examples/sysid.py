@@ -387,7 +387,7 @@ def solve(args: argparse.Namespace) -> dict:
 
 def play(args: argparse.Namespace) -> dict:
   """Re-simulate the held-out recordings with the saved fits; print the tables and plot."""
-  model, theta = mujoco.MjModel.from_xml_string(arm_xml()), (LINKS, 10)
+  theta = (LINKS, 10)
   arrays, meta = common.load_result(args.out, "sysid", version=version(), keys={
     "theta_true": theta, "theta0": theta})
   kinds = meta.get("kinds")  # the meta is no part of the version: a fit's own record
@@ -396,10 +396,10 @@ def play(args: argparse.Namespace) -> dict:
              (("rank", set(kinds)), ("heldout", {"guess", *kinds})))):
     raise SystemExit(f"{args.out}: its meta's kinds, ranks or held-out errors are not a fit's "
                      f"(kinds {kinds!r}); solve again")
+  arm = Arm(args.threads)  # its model sizes the recordings: the XML compiles once
   common.check_arrays(args.out, arrays, {f"{k}_{name}": shape for k in kinds for name, shape in (
-    ("theta", theta), ("singular", (None,)), ("spread", theta), ("test_ctrl", (f"N_{k}", model.nu)),
-    ("test_q", (f"N_{k}", model.nq)))})
-  arm = Arm(args.threads)
+    ("theta", theta), ("singular", (None,)), ("spread", theta),
+    ("test_ctrl", (f"N_{k}", arm.model.nu)), ("test_q", (f"N_{k}", arm.model.nq)))})
   fits: dict[str, dict[str, Any]] = {k: {"rank": meta["rank"][k], **{
     name: arrays[f"{k}_{name}"] for name in ("theta", "singular", "spread")}} for k in kinds}
   thetas = {"guess": arrays["theta0"], **{k: f["theta"] for k, f in fits.items()}}
