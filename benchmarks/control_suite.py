@@ -1,7 +1,7 @@
 """The planners on tasks nobody tuned them for: dm_control's models, as Playground ships them.
 
   python benchmarks/control_suite.py [--tasks acrobot_swingup,...] [--starts 5] [--threads 2]
-                                     [--quick] [--no-gif]
+                                     [--quick] [--no-gif] [--policy-iterations N]
 
 Each task is a model this repository did not write (Playground's dm_control suite XMLs, read
 where mujoco_playground is installed: this interpreter or .venv-rl; `pip install -e
@@ -20,11 +20,14 @@ benchmarks/results/control_suite/.
 import argparse
 import dataclasses
 import functools
+import importlib.util
 import os
+import subprocess
 import sys
+import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 os.environ.setdefault("MUJOCO_GL", "egl")  # the GIFs render headless; read when mujoco loads
 
@@ -51,6 +54,7 @@ from _common import (  # noqa: E402, I001
   write_result,
 )
 import common  # noqa: E402  # pyright: ignore[reportMissingImports]
+import hopper_policy  # noqa: E402
 from common import render, run_mpc  # noqa: E402  # pyright: ignore[reportMissingImports]
 
 XMLS = "_src/dm_control_suite/xmls"
@@ -77,8 +81,9 @@ class Setup:
   Attributes:
     cost: the planner's control.Cost.
     start: rng -> a state row (nstate,) of the episode's start.
-    solved: rows (steps + 1, nstate), the real system's states at every control step ->
-      (whether the episode solved the task, a dict of the numbers it judged by).
+    solved: rows (T + 1, nstate), the real system's states from the start at every control
+      step (under a policy: every physics step) -> (whether the episode solved the task, a dict
+      of the numbers it judged by).
   """
 
   cost: control.Cost
@@ -94,9 +99,11 @@ class Task:
     name: the task's name.
     model: the suite XML's name.
     setup: (model, sim, control period in seconds) -> Setup.
-    planner: "ilqr" or a sampling method ("predictive", "mppi", "cem").
-    settings: the planner's settings (control.ILQRSettings, or the sampling method's).
-    horizon_s: the planning horizon in seconds.
+    planner: "ilqr", a sampling method ("predictive", "mppi", "cem"), or "ppo": a policy that
+      Brax's PPO trains in the run (the hopper's: benchmarks/hopper_policy.py).
+    settings: the planner's settings (control.ILQRSettings, the sampling method's, or
+      PolicySettings).
+    horizon_s: the planning horizon in seconds (0 for a policy).
     control_s: the control period in seconds (a whole number of physics steps).
     seconds: the episode's length.
     iterations: iLQR iterations per control step.
@@ -490,8 +497,17 @@ def hopper_cost(pace: float, height: float, horizon: int, lead: float = 0.3,
   return build
 
 
+class PolicySettings(NamedTuple):
+  """A "ppo" task's training: PPO iterations and seed (benchmarks/hopper_policy.py's flags)."""
+
+  iterations: int = 1200
+  seed: int = 0
+
+
 ILQR = control.ILQRSettings(final_gains=False)  # receding horizon: no extra linearisation
 HOPPER_HORIZON_S, HOPPER_CONTROL_S, HOPPER_KNOTS = 1.25, 0.005, 12
+HOPPER_HORIZON = round(HOPPER_HORIZON_S / HOPPER_CONTROL_S)
+HOPPER = _locomotion(1.0, 0.6, 0.8, hopper_cost(0.35, 0.93, HOPPER_HORIZON))
 
 TASKS = [
   Task("acrobot_swingup", "acrobot", acrobot((np.pi, 0.0), 0.1), "ilqr", ILQR, horizon_s=4.0,
@@ -513,19 +529,24 @@ TASKS = [
   Task("swimmer_reach", "swimmer", swimmer_reach, "predictive",
        control.PredictiveSettings(num_samples=16, num_knots=8, noise=0.5), horizon_s=2.0,
        control_s=0.06, seconds=20.0, camera=-1, track="head", build=swimmer_links),
-  # Replanned at the physics rate: between plans 0.02 s apart the hopper falls (docs/control.md).
-  Task("hopper_hop", "hopper",
-       _locomotion(1.0, 0.6, 0.8, hopper_cost(0.35, 0.93,
-                                              round(HOPPER_HORIZON_S / HOPPER_CONTROL_S))),
-       "predictive", control.PredictiveSettings(num_samples=64, num_knots=HOPPER_KNOTS, noise=0.4,
-                                                iterations=3, noise_decay=0.5),
-       horizon_s=HOPPER_HORIZON_S, control_s=HOPPER_CONTROL_S, seconds=5.0, camera="cam0"),
+  # No planner's setting hopped (docs/control.md, "The hopper, not solved"): a policy trained in
+  # the run, acting every 0.02 s. The planners' best is HOPPER_SAMPLING, below.
+  Task("hopper_hop", "hopper", HOPPER, "ppo", PolicySettings(), horizon_s=0.0,
+       control_s=hopper_policy.CONTROL_STEPS * HOPPER_CONTROL_S, seconds=5.0, camera="cam0"),
   Task("walker_walk", "walker", _locomotion(3.5, 0.9, 1.0, walker_cost(1.2, 1.2),
                                             upper_body=("torso", "right_thigh", "left_thigh")),
        "predictive",
        control.PredictiveSettings(num_samples=32, num_knots=3, noise=0.5), horizon_s=0.8,
        control_s=0.04, seconds=5.0, camera="side"),
 ]
+
+# The best sampling setting found for the hopper (0 of 5), replanned at the physics rate: between
+# plans 0.02 s apart the hopper falls. Run by name (--tasks hopper_hop_sampling), not by default.
+HOPPER_SAMPLING = Task(
+  "hopper_hop_sampling", "hopper", HOPPER, "predictive",
+  control.PredictiveSettings(num_samples=64, num_knots=HOPPER_KNOTS, noise=0.4, iterations=3,
+                             noise_decay=0.5),
+  horizon_s=HOPPER_HORIZON_S, control_s=HOPPER_CONTROL_S, seconds=5.0, camera="cam0")
 
 
 # -- running ------------------------------------------------------------------------------------
@@ -569,31 +590,104 @@ def task_steps(task: Task, seconds: float | None) -> int:
   return round((task.seconds if seconds is None else seconds) / task.control_s)
 
 
+def train_policy(task: Task, threads: int, checkpoint: Path, iterations: int
+                 ) -> dict[str, Any]:
+  """Trains a "ppo" task's policy by benchmarks/hopper_policy.py in a subprocess (Brax trains in
+  float32, this process runs in float64) into checkpoint; returns the training's size and time."""
+  if importlib.util.find_spec("brax") is None:
+    raise SystemExit(f"{task.name}'s policy is trained by Brax's PPO: pip install -e '.[rl]'")
+  from mjbatch_jax.agents import ppo
+
+  subprocess.run([sys.executable, str(HERE / "hopper_policy.py"), "--xml",
+                  str(suite_xml(task.model)), "--out", str(checkpoint), "--iterations",
+                  str(iterations), "--threads", str(threads), "--seed", str(task.settings.seed)],
+                 check=True)
+  _, meta = ppo.read_checkpoint(checkpoint)
+  last = meta["curve"][-1]
+  return {"checkpoint": checkpoint.name, "iterations": meta["iteration"],
+          "env_steps": last["env_steps"], "train_wall_s": last["wall_s"],
+          "train_cpu_s": last["cpu_s"]}
+
+
+def policy_step(task: Task, checkpoint: Path, sim: mjbatch_jax.Simulator, nstep: int
+                ) -> Callable[[jax.Array], jax.Array]:
+  """The control step of the checkpoint's policy: a row -> the rows of the nstep physics steps
+  its action is held for, (nstep, nstate). Deterministic: the policy's mean action."""
+  from mjbatch_jax.agents import ppo
+
+  env = hopper_policy.HopperHop(suite_xml(task.model), num_threads=1)
+  try:
+    policy, _ = ppo.load_policy(checkpoint, env)
+  finally:
+    env.close()
+  layout, params, key = sim.layout, sim.params(1), jax.random.PRNGKey(0)
+
+  @jax.jit
+  def step(row):
+    action, _ = policy(hopper_policy.observation(row[layout.qpos], row[layout.qvel]), key)
+    held = jnp.broadcast_to(action.astype(row.dtype), (1, nstep, action.shape[-1]))
+    states, _ = mjbatch_jax.rollout(row[None], held, params, nstep=1)
+    return states[0]
+
+  return step
+
+
+def run_policy(step: Callable[[jax.Array], jax.Array], state: jax.Array, steps: int, bar: Any
+               ) -> tuple[np.ndarray, dict[str, float]]:
+  """`steps` control steps of a policy from state: the states at every physics step, and the
+  steady-state median wall and CPU seconds of a control step (as common.run_mpc's)."""
+  rows, wall, cpu = [np.asarray(state)], [], []
+  for _ in range(steps):
+    begin, begin_cpu = time.perf_counter(), time.process_time()
+    held = jax.block_until_ready(step(state))
+    wall.append(time.perf_counter() - begin)
+    cpu.append(time.process_time() - begin_cpu)
+    rows.extend(np.asarray(held))
+    state = held[-1]
+    bar.update()
+  steady = slice(1, None) if steps > 1 else slice(None)
+  return np.array(rows), {"seconds_per_step": float(np.median(wall[steady])),
+                          "cpu_per_step": float(np.median(cpu[steady]))}
+
+
 def run_task(task: Task, starts: int, threads: int, seconds: float | None, gif: Path | None,
-             bar: Any = None) -> dict[str, Any]:
+             bar: Any, folder: Path, policy_iterations: int | None = None) -> dict[str, Any]:
   """Runs `starts` episodes of the task; returns its entry of the results. bar: the
-  common.Progress its control steps count on (default: a bar per episode)."""
+  common.Progress its control steps count on. folder: where a "ppo" task's checkpoint goes;
+  policy_iterations: its training's iterations (default the task's own)."""
   model = load_model(task)
   length = task.seconds if seconds is None else seconds
   steps = task_steps(task, seconds)
   episodes = []
+  training: dict[str, Any] = {}
   with mjbatch_jax.Simulator(model, num_threads=threads) as sim:
     setup = task.setup(model, sim, task.control_s)
-    planner = make_planner(task, model, sim, setup.cost)
-    step = control.receding_horizon(planner, sim.params(1))
+    if task.planner == "ppo":
+      checkpoint = folder / f"{task.name}_policy.npz"
+      iterations = task.settings.iterations if policy_iterations is None else policy_iterations
+      training = train_policy(task, threads, checkpoint, iterations)
+      step = policy_step(task, checkpoint, sim, round(task.control_s / model.opt.timestep))
+      row_period = model.opt.timestep  # the predicate checks every physics step, as for MPC
+      run = lambda state, seed: run_policy(step, state, steps, bar)  # noqa: E731
+    else:
+      planner = make_planner(task, model, sim, setup.cost)
+      step = control.receding_horizon(planner, sim.params(1))
+      row_period = task.control_s
+      run = lambda state, seed: run_mpc(planner, sim.params(1), state, seed, steps,  # noqa: E731
+                                        step=step, bar=bar)
     for s in range(starts):
       state = jnp.asarray(setup.start(np.random.default_rng(s)))
-      rows, timing = run_mpc(planner, sim.params(1), state, s, steps, step=step, bar=bar)
+      rows, timing = run(state, s)
       ok, numbers = setup.solved(rows)
       episodes.append({"seed": s, "solved": bool(ok), **numbers,
                        "cost_per_step": episode_cost(task, setup.cost, rows, sim), **timing})
-      say = print if bar is None else functools.partial(bar.write, keep=True)
+      say = functools.partial(bar.write, keep=True)
       say(f"{task.name} start {s}: solved={ok} {numbers} "
           f"{episodes[-1]['seconds_per_step'] * 1e3:.1f} ms/step")
       if gif is not None and s == 0:
-        fps = min(1 / task.control_s, 10.0)  # small files: a GIF per task in the repository
-        every = max(round(1 / (task.control_s * fps)), 1)
-        say(render(model, rows[::every], gif / f"{task.name}.gif", 1 / (task.control_s * every),
+        fps = min(1 / row_period, 10.0)  # small files: a GIF per task in the repository
+        every = max(round(1 / (row_period * fps)), 1)
+        say(render(model, rows[::every], gif / f"{task.name}.gif", 1 / (row_period * every),
                    camera=task.camera, track_body=task.track, height=150, width=200))
   step_wall = float(np.median([e["seconds_per_step"] for e in episodes]))
   step_cpu = float(np.median([e["cpu_per_step"] for e in episodes]))
@@ -606,6 +700,7 @@ def run_task(task: Task, starts: int, threads: int, seconds: float | None, gif: 
     "cpu_per_control_period": step_cpu / task.control_s,
     "seconds_per_step": step_wall, "cpu_per_step": step_cpu,
     "cost_per_step": float(np.median([e["cost_per_step"] for e in episodes])),
+    **({"training": training} if training else {}),
     "episodes": episodes,
   }
 
@@ -634,7 +729,7 @@ def plot(entries: list[dict[str, Any]], path: Path) -> Path | None:
 def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
   parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n")[0])
   parser.add_argument("--tasks", default=",".join(t.name for t in TASKS),
-                      help="comma-separated task names (default: all)")
+                      help="comma-separated task names (default: all but hopper_hop_sampling)")
   parser.add_argument("--starts", type=int, default=5, help="episodes per task (seeds 0, 1, ...)")
   parser.add_argument("--threads", type=int, default=2, help="the batch's threads")
   parser.add_argument("--seconds", type=float, default=None,
@@ -642,24 +737,30 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
   parser.add_argument("--quick", action="store_true",
                       help="one start of 0.5 s per task, no GIF (for tests)")
   parser.add_argument("--no-gif", action="store_true", help="do not render the GIFs")
+  parser.add_argument("--policy-iterations", type=int, default=None,
+                      help="PPO iterations of a policy's training (default: the task's own; "
+                      "--quick: 2)")
   parser.add_argument("--out", type=Path, default=RESULTS, help="results folder")
   common.add_progress_args(parser)
   args = parser.parse_args(argv)
-  by_name = {t.name: t for t in TASKS}
+  by_name = {t.name: t for t in (*TASKS, HOPPER_SAMPLING)}
   chosen = [name for name in args.tasks.split(",") if name]
   unknown = [name for name in chosen if name not in by_name]
   if unknown or not chosen:
     parser.error(f"unknown task(s) {unknown}; the tasks are {sorted(by_name)}")
   if args.starts < 1 or args.threads < 1:
     parser.error("--starts and --threads must be >= 1")
+  if args.policy_iterations is not None and args.policy_iterations < 1:
+    parser.error("--policy-iterations must be >= 1")
   starts, seconds = (1, 0.5) if args.quick else (args.starts, args.seconds)
+  policy_iterations = 2 if args.quick and args.policy_iterations is None else args.policy_iterations
   gif = None if args.quick or args.no_gif else args.out / "control_suite"
   # One bar over every task's control steps (a step's time differs between tasks: the estimate
   # settles as the run goes).
   total = sum(starts * task_steps(by_name[name], seconds) for name in chosen)
   with common.progress(total, "control suite", args, unit="step") as bar:
-    entries = [run_task(by_name[name], starts, args.threads, seconds, gif, bar)
-               for name in chosen]
+    entries = [run_task(by_name[name], starts, args.threads, seconds, gif, bar,
+                        args.out / "control_suite", policy_iterations) for name in chosen]
   result = {"machine": machine_info(sys.argv if argv is None else ["control_suite.py", *argv]),
             "threads": args.threads, "tasks": entries}
   out = write_result(args.out, "control_suite", result)

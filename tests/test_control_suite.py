@@ -37,9 +37,12 @@ def suite() -> ModuleType:
 
 
 def _names(module_path: Path) -> list[str]:
-  """The suite's task names, read without importing it (for parametrize)."""
-  text = module_path.read_text()
-  return [line.split('"')[1] for line in text.splitlines() if line.strip().startswith('Task("')]
+  """The suite's default tasks' names (its TASKS list), read without importing it (for
+  parametrize)."""
+  lines = module_path.read_text().splitlines()
+  block = lines[lines.index("TASKS = [") + 1:]
+  block = block[:block.index("]")]
+  return [line.split('"')[1] for line in block if line.strip().startswith('Task("')]
 
 
 TASK_NAMES = _names(BENCHMARKS / "control_suite.py")
@@ -94,14 +97,46 @@ def test_a_hopper_on_its_knee_is_not_solved(suite):
 
 
 def test_a_reduced_run_reports_every_task(suite, tmp_path):
+  # The hopper's policy is trained by Brax (the rl extra, .ci/run's RL leg).
+  pytest.importorskip("brax", reason="the hopper's policy trains with Brax: pip install -e '.[rl]'")
   result = suite.main(["--quick", "--out", str(tmp_path)])
   written = json.loads(next(tmp_path.glob("control_suite-*.json")).read_text())
   assert [e["task"] for e in written["tasks"]] == TASK_NAMES == [e["task"] for e in
                                                                 result["tasks"]]
   for entry in written["tasks"]:
     assert entry["starts"] == 1 and entry["solved"] in (0, 1)
-    assert entry["planner"] in ("ilqr", "predictive", "mppi", "cem")
+    assert entry["planner"] in ("ilqr", "predictive", "mppi", "cem", "ppo")
     assert entry["real_time_factor"] > 0 and np.isfinite(entry["cost_per_step"])
+  # The hopper's policy is trained in the run (2 iterations when --quick), its checkpoint kept.
+  (hopper,) = [e for e in written["tasks"] if e["planner"] == "ppo"]
+  assert hopper["task"] == "hopper_hop" and hopper["training"]["iterations"] == 2
+  assert hopper["training"]["train_wall_s"] > 0
+  assert (tmp_path / "control_suite" / hopper["training"]["checkpoint"]).is_file()
+
+
+def test_the_hopper_policy_env_pays_for_hopping_and_ends_at_a_fall(suite):
+  import hopper_policy  # pyright: ignore[reportMissingImports]  (benchmarks/, on the path)
+
+  env = hopper_policy.HopperHop(suite.suite_xml("hopper"), num_threads=1)
+  try:
+    state = env.reset(jax.random.PRNGKey(0))
+    assert state.obs.shape == (env.mj_model.nq - 1 + env.mj_model.nv,)
+    stood = env.step(state, jnp.zeros(env.action_size))
+    # Up and still: the up reward and the speed's bell at 0 m/s.
+    still = hopper_policy.UP_REWARD + np.exp(-(hopper_policy.SPEED / hopper_policy.SPEED_WIDTH)**2)
+    assert not stood.done and stood.reward == pytest.approx(still, abs=0.01)
+    # The same state moving forward at the rewarded speed earns the most: 0.5 + 1.
+    qvel = stood.data.qvel.at[0].set(hopper_policy.SPEED)
+    moving = env.step(stood.replace(data=stood.data.replace(qvel=qvel)),
+                      jnp.zeros(env.action_size))
+    assert moving.reward > 1.45 and not moving.done
+    # Pitched past the tilt allowed: the episode ends.
+    qpos = stood.data.qpos.at[2].set(hopper_policy.TILT + 0.2)
+    tilted = env.step(stood.replace(data=stood.data.replace(qpos=qpos)),
+                      jnp.zeros(env.action_size))
+    assert tilted.done
+  finally:
+    env.close()
 
 
 def test_an_unknown_task_is_refused(suite):
