@@ -529,8 +529,9 @@ TASKS = [
   Task("swimmer_reach", "swimmer", swimmer_reach, "predictive",
        control.PredictiveSettings(num_samples=16, num_knots=8, noise=0.5), horizon_s=2.0,
        control_s=0.06, seconds=20.0, camera=-1, track="head", build=swimmer_links),
-  # No planner's setting hopped (docs/control.md, "The hopper, not solved"): a policy trained in
-  # the run, acting every 0.02 s. The planners' best is HOPPER_SAMPLING, below.
+  # No planner's setting hopped (docs/control.md, "The hopper: no planner hopped, a policy
+  # does"): a policy trained in the run, acting every 0.02 s. The planners' best is
+  # HOPPER_SAMPLING, below.
   Task("hopper_hop", "hopper", HOPPER, "ppo", PolicySettings(), horizon_s=0.0,
        control_s=hopper_policy.CONTROL_STEPS * HOPPER_CONTROL_S, seconds=5.0, camera="cam0"),
   Task("walker_walk", "walker", _locomotion(3.5, 0.9, 1.0, walker_cost(1.2, 1.2),

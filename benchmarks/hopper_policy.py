@@ -1,11 +1,11 @@
 """The control suite's hopper, hopping: Brax's PPO on the dm_control hopper, on our physics.
 
-No setting of the library's planners made the hopper hop 1 m in 5 s (docs/control.md, "The
-hopper, not solved"): what a hop earns comes after any horizon planned at the physics rate. A
-value function sees past it, and PPO learns one on the way to its policy. This file is the
-task's env and its training; benchmarks/control_suite.py runs it in a subprocess (Brax trains
-in float32, the suite plans in float64) and judges the policy on the suite's own starts and
-success predicate, as it judges the planners.
+No setting of the library's planners made the hopper hop 1 m in 5 s (docs/control.md, "The hopper:
+no planner hopped, a policy does"): what a hop earns comes after any horizon planned at the physics
+rate. A value function sees past it, and PPO learns one on the way to its policy. This file is the
+task's env and its training; benchmarks/control_suite.py runs it in a subprocess (Brax trains in
+float32, the suite plans in float64) and judges the policy on the suite's own starts and success
+predicate, as it judges the planners.
 
 The env: Playground's hopper.xml; an action every 4 physics steps (0.02 s, dm_control's control
 period for the hopper); observations the state but the torso's x (`observation`); reward 0.5
