@@ -8,7 +8,8 @@ its id in MJBATCH_JAX_COORDINATOR, MJBATCH_JAX_NUM_PROCESSES and MJBATCH_JAX_PRO
 `mjbatch_jax.distributed.setup` (or `initialize`) reads. Their output comes through line by
 line with a "[rank] " prefix. When one exits with an error or is killed, the launcher says which
 and stops the others (SIGTERM, then SIGKILL), after --grace seconds in which they may stop on
-their own; it then exits with that rank's status (128 + signal for a signal). It is a
+their own; it then exits with that rank's status (128 + signal for a signal), naming any rank
+that had ended early with status 0 (the others wait for it in their collectives). It is a
 convenience for one machine: on several hosts start one process per host with the same
 variables (docs/distributed.md), or let JAX read SLURM's.
 """
@@ -178,6 +179,9 @@ def launch(
     previous = {s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
   start = time.monotonic()
   failures: list[tuple[int, int, float]] = []  # (rank, returncode, when), in order seen
+  # Ranks that exited with status 0 while others ran, and when: legitimate (process 0 may
+  # evaluate alone), but the likeliest cause when the others then hang or lose a peer.
+  early: dict[int, float] = {}
   status = 0
   try:
     while True:
@@ -191,6 +195,8 @@ def launch(
       running = [r for r, c in enumerate(codes) if c is None]
       if not running:
         break
+      early.update({rank: now - start for rank, code in enumerate(codes)
+                    if code == 0 and rank not in early})
       if interrupted:
         status = 128 + interrupted[0]
         stop(running, f"launcher got {signal.Signals(interrupted[0]).name}")
@@ -216,12 +222,20 @@ def launch(
     reader.join(timeout=5.0)
   for proc in procs:
     proc.wait()
+  # No rank failed for a cause of its own (they hung, or stopped at losing a peer): one that
+  # ended early is the likeliest cause.
+  blame_early = bool(early) and (status != 0 or (bool(failures)
+                                                and _culprit(failures)[1] == EXIT_PEER_LOST))
   if failures and not status:
     rank, code, _ = _culprit(failures)
     status = code if code > 0 else 128 - code
     say(f"failed: rank {rank} {describe(code)}; exit status {status}")
   elif status:
     say(f"exit status {status}")
+  if blame_early:
+    said = ", ".join(f"rank {rank} at {when:.1f} s" for rank, when in sorted(early.items()))
+    say(f"before that, {said} exited with status 0 while the others ran: a rank that ends its "
+        "script early leaves the others waiting for it in any collective that needs it")
   return status
 
 

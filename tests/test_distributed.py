@@ -202,6 +202,27 @@ def test_launcher_names_the_failed_rank_and_stops_the_others(tmp_path, env):
   assert "stopping rank(s) 0" in out.stderr
 
 
+@pytest.mark.slow
+@pytest.mark.parametrize("hangs", [True, False])
+def test_launcher_names_a_rank_that_ended_early_when_the_others_hang(tmp_path, env, hangs):
+  # Rank 1 ends its script at once with status 0. Rank 0 then waits for it (the stand-in for a
+  # collective it can never finish) past the launcher's --timeout; or finishes on its own, which
+  # is a job like any other (process 0 evaluating alone): nothing is said of rank 1 then.
+  script = tmp_path / "early.py"
+  script.write_text(textwrap.dedent("""
+    import os, sys, time
+    if os.environ["MJBATCH_JAX_PROCESS_ID"] == "0":
+      time.sleep(float(sys.argv[1]))
+  """))
+  out = run_launcher(["-n", "2", str(script), "60" if hangs else "1"], env, tmp_path, limit=4)
+  blamed = "rank 1 at " in out.stderr and "exited with status 0 while the others ran" in out.stderr
+  if hangs:
+    assert out.returncode == 124 and "time limit of 4 s reached" in out.stderr, out.stderr
+    assert blamed, out.stderr
+  else:
+    assert out.returncode == 0 and not blamed and "[launch]" not in out.stderr, out.stderr
+
+
 # -- two processes ---------------------------------------------------------------------------------
 
 CHECKS = """
@@ -328,7 +349,8 @@ def test_two_processes_equal_one_bit_for_bit(tmp_path, env):
   assert all(r["gradient_error"] <= 1e-12 for r in results), results
 
 
-VICTIM = """
+# Two processes in a loop of collective calls; each script goes on with the loop's body.
+COLLECTIVE_LOOP = """
 import os, sys, time
 import jax
 import mujoco
@@ -344,6 +366,9 @@ total = dist.map(lambda s, c, p: jax.lax.psum(mjbatch_jax.step(s, c, p)[:, 0].su
 ctrl = dist.zeros(model.nu)
 for i in range(100000):
   total(dist.state, ctrl, dist.params).block_until_ready()
+"""
+
+VICTIM = COLLECTIVE_LOOP + """
   if i == 20:
     with open(sys.argv[1] + f".{dist.process_index}", "w") as f:
       f.write(str(os.getpid()))
@@ -527,6 +552,32 @@ def test_a_peer_that_left_cleanly_is_not_lost(tmp_path, env):
   said = [line for line in out.stderr.splitlines() if "mjbatch_jax.distributed:" in line
           and "persistent compilation cache is off" not in line]  # the fixture's cache, below
   assert not said, out.stderr[-4000:]
+
+
+ENDS_EARLY = COLLECTIVE_LOOP + """
+  if i == 30 and dist.process_index == int(sys.argv[1]):
+    sys.exit(0)
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("leaver", [0, 1])
+def test_a_process_that_ends_early_stops_the_one_waiting_on_it(tmp_path, env, leaver):
+  """Process `leaver` ends its script with status 0 in a loop of collective calls (outside a
+  `with` block: no failure to report). It waits in JAX's shutdown for the other, which waits for
+  it in its next call: both waited forever. The other's watchdog now stops it after the peer
+  timeout, naming the one that left, and meets it in JAX's shutdown first, so that it exits
+  cleanly (the coordinator's exit would abort it)."""
+  script = tmp_path / "ends_early.py"
+  script.write_text(ENDS_EARLY)
+  begin = time.monotonic()
+  out = run_launcher(["--peer-timeout", "5", "-n", "2", str(script), str(leaver)], env, tmp_path,
+                     60)
+  assert out.returncode == distributed.EXIT_PEER_LOST, out.stderr[-3000:]
+  said = "\n".join(lines_of(out.stderr, 1 - leaver))
+  assert f"stops: process {leaver} of 2" in said and "ended its script" in said, out.stderr[-3000:]
+  assert f"failed: rank {1 - leaver} exited with code 75" in out.stderr, out.stderr[-3000:]
+  assert time.monotonic() - begin < 45
 
 
 @pytest.mark.slow

@@ -21,7 +21,7 @@ from mjbatch_jax import archive
 from mjbatch_jax._extension import ext
 from mjbatch_jax.distributed.bootstrap import initialize
 from mjbatch_jax.distributed.errors import DistributedError
-from mjbatch_jax.distributed.watchdog import name_peers, report_exit
+from mjbatch_jax.distributed.watchdog import name_peers, report_exit, watched
 from mjbatch_jax.params import Params, model_digest
 from mjbatch_jax.simulator import Simulator
 
@@ -443,7 +443,7 @@ class Distributed:
         if check:
           self.check_program(jitted, *args)
         compiled[key] = jitted
-      return jitted(*args)
+      return watched(lambda: jitted(*args))
 
     return call
 

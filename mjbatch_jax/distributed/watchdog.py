@@ -7,6 +7,8 @@ import os
 import sys
 import threading
 import time
+import weakref
+from collections.abc import Callable
 from typing import Any
 
 import jax
@@ -47,6 +49,13 @@ class _Watchdog:
     self.names: dict[int, str] = {}  # process -> "host pid N", once setup has exchanged them
     self.quit = threading.Event()  # set at a clean exit: the threads leave their loops
     self.threads: list[threading.Thread] = []
+    # The latest Distributed call's output (weakly: the caller decides how long it lives) and
+    # when it was made; and when this process saw each peer end its script cleanly. A call on
+    # the job's mesh that a peer which has left must take part in is never ready.
+    self.call: weakref.ref[Any] | None = None  # ArrayImpl: is_ready is not on jax.Array
+    self.call_since = 0.0
+    self.in_call = False  # the main thread is inside the call (CPU calls may run synchronously)
+    self.left: dict[int, float] = {}
 
   def start(self) -> None:
     for target in (self._beat, self._judge):
@@ -107,8 +116,11 @@ class _Watchdog:
       put()
     done.wait(2.0)
 
-  def _stop(self, reason: str, publish: bool = True, reaction: bool = False) -> None:
-    """Say why and end the process now; reaction: the others stopped after this one failed."""
+  def _stop(self, reason: str, publish: bool = True, reaction: bool = False,
+            release: bool = False) -> None:
+    """Say why and end the process now; reaction: the others stopped after this one failed;
+    release: first meet the peers that left cleanly in JAX's shutdown, where they wait for this
+    process (and, if it is the coordinator, would be aborted by its exit)."""
     if not self.stopping.acquire(blocking=False):
       return
     if publish:
@@ -126,6 +138,10 @@ class _Watchdog:
       with contextlib.suppress(Exception):
         stream.flush()
     self.stop_code = code
+    if release:
+      shutdown = threading.Thread(target=_jax_state().shutdown, daemon=True)
+      shutdown.start()
+      shutdown.join(timeout=max(2.0, self.timeout / 2))
     if self.me == 0 and self.failed is None and " failed: " in reason:
       # The coordinator's exit aborts every other process from JAX's C++ (SIGABRT): give the one
       # that failed the beats it takes to see this stop and exit with its own status. Meanwhile
@@ -165,12 +181,30 @@ class _Watchdog:
         # publish too, so that a failed process waiting in JAX's shutdown sees everyone left.
         process, status = min(others, key=lambda entry: not entry[1].startswith("failed"))
         self._stop(f"{self.name(process)} {status}", reaction=self.failed is not None)
+      for process in exited - {self.me}:
+        self.left.setdefault(process, now)
+      self._check_call(now)
       if value != seen or self.watched in exited:
         seen, since = value, now
       elif now - since > self.timeout:
         self._stop(f"lost {self.name(self.watched)}: no heartbeat for {now - since:.0f} s (it "
                    "died, hangs or cannot reach the coordinator)")
       self.quit.wait(self.interval)
+
+  def _check_call(self, now: float) -> None:
+    """Stops this process if its latest call has waited `timeout` on a peer that has left."""
+    if not self.left or self.closing:
+      return
+    output = None if self.call is None else self.call()
+    with contextlib.suppress(Exception):  # an array deleted meanwhile: nothing to wait for
+      if not self.in_call and (output is None or output.is_ready()):
+        return
+      process, when = min(self.left.items(), key=lambda item: item[1])
+      if now - max(when, self.call_since) > self.timeout:
+        self._stop(f"{self.name(process)} ended its script {now - when:.0f} s ago (status 0) "
+                   "and this process's call waits on it: every process must make the same "
+                   "calls, and one that leaves early leaves the others waiting in them",
+                   release=True)
 
   def _judge(self) -> None:
     """Catches a coordinator that hangs: the store's calls then block instead of failing."""
@@ -217,6 +251,24 @@ def report_exit(error: BaseException) -> None:
   collective for this process until JAX's shutdown and heartbeat timeouts."""
   if _watchdog is not None:
     _watchdog.fail(error)
+
+
+def watched(call: Callable[[], Any]) -> Any:
+  """call() under the watchdog: a Distributed handle's program on the job's mesh. If the call,
+  or the arrays it returns, is still not done `timeout` s after a peer ended its script, the
+  watchdog stops this process naming that peer, where it would wait for it forever (the peer
+  waits in JAX's shutdown meanwhile)."""
+  dog = _watchdog
+  if dog is None:
+    return call()
+  dog.call, dog.call_since, dog.in_call = None, time.monotonic(), True
+  try:
+    output = call()
+  finally:
+    dog.in_call = False
+  leaves = [x for x in jax.tree.leaves(output) if isinstance(x, jax.Array)]
+  dog.call = weakref.ref(leaves[0]) if leaves else None
+  return output
 
 
 def name_peers(names: dict[int, str]) -> None:
