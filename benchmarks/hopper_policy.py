@@ -14,12 +14,10 @@ an episode ends when the torso is below 0.7 m or pitched past 0.6 rad (the suite
 0.6 m and 0.8 rad). Starts: the suite's pose with twice its joint noise (0.2 rad), so that the
 policy meets more starts in training than it is judged on.
 
-The speed's reward decided whether it hopped (seed 0, 600 iterations, the suite's 5 starts):
-Gym's hopper reward (1 up, plus the speed clipped to 1 m/s; half the start noise) stood still;
-0.5 up plus that clipped speed crept 0.1-0.2 m; a bell of half this one's width, nearly flat at
-a standstill, hopped 0.8-1.0 m in 5 s; this one 1.7-1.8 m. Training decided the rest: at 600
-iterations seed 1 hopped 0.6-0.7 m; at 1200 (the default) seeds 0-2 hopped 2.2-2.7 m from
-every start (docs/control.md).
+The speed's reward is a bell around 1 m/s wide enough to slope at a standstill, so that a
+policy that stands is pulled forward; a reward flat near 0 m/s left it standing or creeping. The
+default training is long enough for every seed tried; shorter, some seeds crept (docs/control.md
+has the runs).
 
   python benchmarks/hopper_policy.py --xml hopper.xml --out hopper.npz [--iterations 1200]
 """
@@ -45,8 +43,7 @@ UP_REWARD, SPEED, SPEED_WIDTH, CONTROL_COST = 0.5, 1.0, 1.0, 1e-3
 LOWEST, TILT, START_NOISE = 0.7, 0.6, 0.2
 EPISODE_STEPS = 500  # 10 s
 # The networks and PPO of examples/go1_joystick.py (which walks the Go1 in minutes on 2 cores),
-# with a longer discount: 0.99 at 0.02 s looks about 2 s ahead, several hops. Brax's own learning
-# rate (3e-4, no KL rule) left the hopper falling after 0.8 s for 150 iterations.
+# with a longer discount: 0.99 at 0.02 s looks about 2 s ahead, several hops.
 DISCOUNT = 0.99
 NUM_ENVS, UNROLL, MINIBATCHES = 512, 20, 4
 
